@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the Debian 12 systemd base image used by the molecule scenarios and the lab.
+# Cached: the image carries the sha256 of this script as a label and is rebuilt only when the script changes
+# (or when NODEFORGE_REBUILD_IMAGE=1).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-debian12:latest}
+mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
+
+sum=$(sha256sum "$0" | cut -c1-16)
+current=$(podman image inspect --format '{{ index .Config.Labels "org.nodeforge.build-sha" }}' "$image" 2>/dev/null || true)
+if [[ "$current" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
+  echo "base image $image is current ($sum)"
+  exit 0
+fi
+
+for tool in debootstrap podman; do
+  command -v "$tool" >/dev/null || { echo "error: $tool is not installed (apt-get install $tool)" >&2; exit 1; }
+done
+
+root=$(mktemp -d /var/tmp/nodeforge-rootfs.XXXXXX)
+trap 'rm -rf "$root"' EXIT
+echo "debootstrap bookworm into $root (about a minute)"
+debootstrap --variant=minbase \
+  --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,pciutils,kmod \
+  bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+rm -f "$root.log"
+
+# Non-free components are what the driver roles install from; deb-src is not needed.
+cat >"$root/etc/apt/sources.list" <<SRC
+deb $mirror bookworm main contrib non-free non-free-firmware
+deb $mirror bookworm-updates main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware
+SRC
+# Units that cannot work in a container and would keep systemd from reaching "running".
+for unit in systemd-remount-fs.service getty.target console-getty.service systemd-udevd.service \
+  systemd-udev-trigger.service systemd-modules-load.service sys-kernel-config.mount \
+  sys-kernel-debug.mount sys-kernel-tracing.mount systemd-firstboot.service; do
+  ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+
+tar -C "$root" -c . | podman import \
+  --change 'CMD ["/sbin/init"]' \
+  --change "LABEL org.nodeforge.build-sha=$sum" \
+  --change 'STOPSIGNAL SIGRTMIN+3' \
+  - "$image" >/dev/null
+echo "built $image ($sum)"

@@ -1,0 +1,3 @@
+from nodeforge.cli import main
+
+main()
