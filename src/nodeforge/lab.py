@@ -1,0 +1,129 @@
+"""The lab: podman containers (Debian 12 + systemd) standing in for GPU nodes, reached with the podman connection."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from nodeforge import content
+from nodeforge.runner import state_dir
+
+IMAGE = os.environ.get("NODEFORGE_BASE_IMAGE", "localhost/nodeforge-debian12:latest")
+LABEL = "org.nodeforge.lab"
+
+
+class LabError(RuntimeError):
+    pass
+
+
+@dataclass
+class Node:
+    name: str
+    state: str
+
+
+def lab_dir(name: str) -> Path:
+    return state_dir() / "lab" / name
+
+
+def inventory_path(name: str) -> Path:
+    return lab_dir(name) / "hosts.yml"
+
+
+def podman_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(content.root() / "containers" / "containers.conf"))
+    return env
+
+
+def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    if not shutil.which("podman"):
+        raise LabError("podman is not installed (apt-get install podman runc)")
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True, env=podman_env(), check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"podman {' '.join(args[:2])} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def ensure_image() -> None:
+    """Build the base image when missing or stale (the build script caches on its own checksum)."""
+    script = content.root() / "base-image" / "build.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=podman_env(), check=False)
+    if proc.returncode != 0:
+        raise LabError(f"building the base image failed ({script}):\n{proc.stderr.strip()}")
+
+
+def nodes(name: str) -> list[Node]:
+    proc = _podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
+    data = json.loads(proc.stdout or "[]")
+    return sorted((Node(c["Names"][0], c.get("State", "unknown")) for c in data), key=lambda n: n.name)
+
+
+def _wait_booted(container: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    state = ""
+    while time.monotonic() < deadline:
+        proc = _podman("exec", container, "systemctl", "is-system-running", check=False)
+        state = proc.stdout.strip()
+        if state in ("running", "degraded"):
+            return
+        time.sleep(0.5)
+    raise LabError(f"lab node {container} did not finish booting within {timeout:.0f}s (systemd: {state or '?'})")
+
+
+def write_inventory(name: str, hosts: list[str]) -> Path:
+    path = inventory_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {h: None for h in hosts},
+                    "vars": {
+                        "ansible_connection": "containers.podman.podman",
+                        "ansible_python_interpreter": "/usr/bin/python3",
+                        "nodeforge_profile": "lab",
+                    },
+                }
+            }
+        }
+    }
+    header = "# Written by `nodeforge lab up`: the lab's container nodes (podman connection, profile lab).\n"
+    path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+def up(name: str, count: int) -> Path:
+    if count < 1:
+        raise LabError(f"--nodes must be at least 1 (got {count})")
+    ensure_image()
+    wanted = [f"nodeforge-{name}-{i}" for i in range(1, count + 1)]
+    existing = {n.name: n for n in nodes(name)}
+    for container in wanted:
+        node = existing.get(container)
+        if node is None:
+            _podman(
+                "run", "-d", "--name", container, "--hostname", container, "--label", f"{LABEL}={name}",
+                "--systemd=always", "--tmpfs", "/tmp", IMAGE, "/sbin/init",
+            )  # fmt: skip
+        elif node.state != "running":
+            _podman("start", container)
+    for container in wanted:
+        _wait_booted(container)
+    # Nodes beyond --nodes are left running: `lab down` removes them; nothing is destroyed implicitly.
+    return write_inventory(name, sorted(set(wanted) | set(existing)))
+
+
+def down(name: str) -> list[str]:
+    removed = [n.name for n in nodes(name)]
+    if removed:
+        _podman("rm", "-f", "-t", "2", *removed)
+    shutil.rmtree(lab_dir(name), ignore_errors=True)
+    return removed

@@ -1,0 +1,94 @@
+"""What the operator sees: live progress while a run goes, and the per-host summary after it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from nodeforge.checks import Problem
+from nodeforge.runner import COUNTERS, Progress, RunResult
+
+STYLES = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "magenta"}
+
+
+def _progress_view(progress: Progress) -> Group:
+    with progress.lock:
+        header = Text.assemble(("play: ", "bold"), progress.play or "-", ("   task: ", "bold"), progress.task or "-")
+        table = Table(box=None, pad_edge=False)
+        table.add_column("host")
+        for name in ("ok", "changed", "failed", "unreachable"):
+            table.add_column(name, justify="right", style=STYLES[name])
+        for host in sorted(progress.counts):
+            c = progress.counts[host]
+            table.add_row(host, *(str(c[n]) for n in ("ok", "changed", "failed", "unreachable")))
+    return Group(header, table)
+
+
+@contextmanager
+def live_progress(console: Console, enabled: bool = True) -> Iterator[Any]:
+    """Yields an on_tick callback that redraws the live view (a no-op when disabled, e.g. --json)."""
+    if not enabled or not console.is_terminal:
+        last = {"task": None}
+
+        def plain_tick(progress: Progress) -> None:
+            # Non-terminal output (CI logs): one line per new task instead of a redrawn view.
+            if enabled and progress.task and progress.task != last["task"]:
+                last["task"] = progress.task
+                console.print(f"[dim]{progress.play} | {progress.task}[/dim]", highlight=False)
+
+        yield plain_tick
+        return
+    with Live(console=console, refresh_per_second=4, transient=True) as live:
+        yield lambda progress: live.update(_progress_view(progress))
+
+
+def summary_table(result: RunResult) -> Table:
+    table = Table(title=f"{result.playbook.rsplit('/', 1)[-1]}: {result.status} in {result.duration_s:.1f}s")
+    table.add_column("host")
+    for name in COUNTERS:
+        table.add_column(name, justify="right", style=STYLES.get(name))
+    show_reboot = bool(result.reboot_required)
+    if show_reboot:
+        table.add_column("reboot")
+    for host, counts in result.hosts.items():
+        row = [host, *(str(counts[n]) for n in COUNTERS)]
+        if show_reboot:
+            row.append("required" if result.reboot_required.get(host) else "-")
+        table.add_row(*row)
+    return table
+
+
+def print_result(console: Console, result: RunResult, plan: bool = False) -> None:
+    console.print(summary_table(result))
+    if plan:
+        for host in result.hosts:
+            tasks = result.changes.get(host, [])
+            console.print(f"[bold]{host}[/bold] would change: {', '.join(tasks) if tasks else 'nothing'}")
+    for f in result.failures:
+        kind = "UNREACHABLE" if f.unreachable else "FAILED"
+        console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)
+    for host, required in result.reboot_required.items():
+        if required:
+            console.print(f"[yellow]reboot required[/yellow] on {host} (nodeforge_reboot_policy decides)")
+    if result.error:
+        console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}", highlight=False)
+    if result.status == "canceled":
+        console.print("[red]canceled[/red]: the run was interrupted; hosts may be partly changed")
+    console.print(f"artifacts: {result.artifacts}", highlight=False)
+
+
+def print_json(console: Console, payload: dict[str, Any]) -> None:
+    console.file.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def print_problems(console: Console, problems: list[Problem]) -> None:
+    console.print(f"[red]{len(problems)} problem(s)[/red] found; no node was touched:")
+    for p in problems:
+        console.print(f"  - {p}", highlight=False, soft_wrap=True)

@@ -1,0 +1,166 @@
+"""Cross-variable rules: every inventory-wide rule lives here, run by `nodeforge check` before any node is touched.
+
+Each rule looks at one host's effective values: the inventory's value, else the hardware profile's default,
+else the version manifest's default, else the role default from argument_specs. A violation names the source
+of the deciding value so the operator knows which file to edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from nodeforge import specs
+from nodeforge.inventory import Definition
+
+PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
+LAST_BRANCH_PRE_TURING = 580
+NVIDIA_PEERMEM_FIRST_BRANCH = 470
+
+
+@dataclass(frozen=True)
+class Violation:
+    where: str  # the Value.origin of the deciding variable
+    variable: str
+    found: str
+    expected: str
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any
+    origin: str  # "file: group X" / "file: host Y" / "profile X (default)" / "version manifest (default)" / ...
+    explicit: bool  # set in the inventory
+
+
+class HostContext:
+    def __init__(self, host: str, defs: dict[str, Definition], profiles: dict[str, dict], manifest: dict):
+        self.host = host
+        self.defs = defs
+        self.manifest = manifest
+        self.profile_name = str(defs["nodeforge_profile"].value) if "nodeforge_profile" in defs else ""
+        self.profile = profiles.get(self.profile_name)
+
+    @property
+    def arch(self) -> str:
+        return (self.profile or {}).get("gpu", {}).get("architecture", "")
+
+    def get(self, name: str) -> Value | None:
+        d = self.defs.get(name)
+        if d is not None:
+            return Value(d.value, str(d.source), True)
+        if self.profile and name in self.profile.get("defaults", {}):
+            return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
+        if name == "nvidia_driver_branch":
+            return Value(self.manifest["nvidia_driver"]["branch"], "version manifest (default)", False)
+        spec = specs.all_vars().get(name)
+        if spec is not None and spec.default not in (None, ""):
+            return Value(spec.default, f"role {spec.role} (default)", False)
+        return None
+
+    def branch(self) -> tuple[int, Value] | None:
+        value = self.get("nvidia_driver_branch")
+        if value is None:
+            return None
+        try:
+            return int(str(value.value)), value
+        except ValueError:
+            return None  # a type problem, reported by the schema check
+
+
+Rule = Callable[[HostContext], Iterator[Violation]]
+RULES: list[Rule] = []
+
+
+def rule(func: Rule) -> Rule:
+    RULES.append(func)
+    return func
+
+
+@rule
+def open_modules_need_turing(ctx: HostContext) -> Iterator[Violation]:
+    flavor = ctx.get("nvidia_driver_flavor")
+    if flavor and flavor.value == "open" and ctx.arch in PRE_TURING:
+        yield Violation(
+            flavor.origin,
+            "nvidia_driver_flavor",
+            f"'open' on profile {ctx.profile_name} ({ctx.arch})",
+            "proprietary: NVIDIA's open kernel modules need Turing or newer and cannot drive this GPU",
+        )
+
+
+@rule
+def branch_supports_architecture(ctx: HostContext) -> Iterator[Violation]:
+    found = ctx.branch()
+    if found and ctx.arch in PRE_TURING and found[0] > LAST_BRANCH_PRE_TURING:
+        branch, value = found
+        yield Violation(
+            value.origin,
+            "nvidia_driver_branch",
+            f"{branch} on profile {ctx.profile_name} ({ctx.arch})",
+            f"{LAST_BRANCH_PRE_TURING} or older: R{LAST_BRANCH_PRE_TURING} is the last branch for Maxwell/Pascal/Volta",
+        )
+
+
+@rule
+def driver_version_matches_branch(ctx: HostContext) -> Iterator[Violation]:
+    version = ctx.get("nvidia_driver_version")
+    found = ctx.branch()
+    if version and version.explicit and version.value and found and not str(version.value).startswith(f"{found[0]}."):
+        yield Violation(
+            version.origin,
+            "nvidia_driver_version",
+            f"{version.value} with nvidia_driver_branch {found[0]} (from {found[1].origin})",
+            f"a {found[0]}.x version, or nvidia_driver_branch set to match",
+        )
+
+
+@rule
+def peer_memory_module_matches_branch(ctx: HostContext) -> Iterator[Violation]:
+    module = ctx.get("gpudirect_rdma_module")
+    found = ctx.branch()
+    if not module or not found:
+        return
+    branch = found[0]
+    if module.value == "nv_peer_mem" and branch >= NVIDIA_PEERMEM_FIRST_BRANCH:
+        yield Violation(
+            module.origin,
+            "gpudirect_rdma_module",
+            f"nv_peer_mem with driver branch {branch}",
+            f"nvidia-peermem: the driver ships it from R{NVIDIA_PEERMEM_FIRST_BRANCH} on and nv_peer_mem is "
+            f"only for branches below {NVIDIA_PEERMEM_FIRST_BRANCH}",
+        )
+    if module.value == "nvidia-peermem" and branch < NVIDIA_PEERMEM_FIRST_BRANCH:
+        yield Violation(
+            module.origin,
+            "gpudirect_rdma_module",
+            f"nvidia-peermem with driver branch {branch}",
+            f"nv_peer_mem, or a driver branch >= {NVIDIA_PEERMEM_FIRST_BRANCH}",
+        )
+
+
+@rule
+def choices_supported_by_os(ctx: HostContext) -> Iterator[Violation]:
+    os_value = ctx.get("nodeforge_os")
+    if not os_value or not os_value.value:
+        return
+    os_name = str(os_value.value)
+    for variable, table in ctx.manifest.get("os_support", {}).items():
+        choice = ctx.get(variable)
+        if not choice or choice.value in (None, ""):
+            continue
+        supported = table.get(str(choice.value))
+        if supported is not None and os_name not in supported:
+            usable = [c for c, oses in table.items() if os_name in oses]
+            yield Violation(
+                choice.origin,
+                variable,
+                f"{choice.value!r} on nodeforge_os {os_name} (from {os_value.origin})",
+                f"a choice {os_name} can use: {', '.join(usable) or 'none'}",
+            )
+
+
+def evaluate(ctx: HostContext) -> Iterator[Violation]:
+    for check in RULES:
+        yield from check(ctx)

@@ -1,0 +1,277 @@
+"""Run a playbook through ansible-runner: live progress, clean cancel, per-host summary, artifacts.
+
+The CLI never shells out to ansible-playbook; everything goes through `ansible_runner.run_async(quiet=True)`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from nodeforge import content
+
+DEFAULT_KEEP_RUNS = 10
+EXIT_OK, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_UNREACHABLE, EXIT_CANCELED = 0, 1, 2, 4, 130
+COUNTERS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
+STATS_KEYS = {
+    "ok": "ok",
+    "changed": "changed",
+    "failed": "failures",
+    "unreachable": "dark",
+    "skipped": "skipped",
+    "rescued": "rescued",
+    "ignored": "ignored",
+}
+
+
+def state_dir() -> Path:
+    base = os.environ.get("NODEFORGE_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "nodeforge"
+    )
+    return Path(base)
+
+
+@dataclass
+class RunOptions:
+    inventory: str | None = None
+    limit: str | None = None
+    tags: str | None = None
+    skip_tags: str | None = None
+    extravars: dict[str, Any] = field(default_factory=dict)
+    check: bool = False
+    diff: bool = False
+    verbosity: int = 0
+    forks: int | None = None
+    keep_runs: int = DEFAULT_KEEP_RUNS
+    envvars: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Failure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+
+@dataclass
+class RunResult:
+    playbook: str
+    status: str
+    rc: int
+    artifacts: str
+    hosts: dict[str, dict[str, int]]
+    failures: list[Failure]
+    changes: dict[str, list[str]]
+    reboot_required: dict[str, bool]
+    duration_s: float
+    error: str = ""  # what ansible-playbook printed when it failed before reporting on any host
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "canceled":
+            return EXIT_CANCELED
+        if any(h["failed"] for h in self.hosts.values()):
+            return EXIT_HOST_FAILED
+        if any(h["unreachable"] for h in self.hosts.values()):
+            return EXIT_UNREACHABLE
+        if self.status != "successful" or self.rc != 0:
+            return EXIT_ERROR
+        return EXIT_OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "playbook": self.playbook,
+            "status": self.status,
+            "rc": self.rc,
+            "exit_code": self.exit_code,
+            "duration_s": round(self.duration_s, 2),
+            "artifacts": self.artifacts,
+            "hosts": self.hosts,
+            "failures": [f.__dict__ for f in self.failures],
+            "changes": self.changes,
+            "reboot_required": self.reboot_required,
+            "error": self.error,
+        }
+
+
+def _message(res: dict[str, Any]) -> str:
+    for key in ("msg", "stderr", "reason", "module_stderr", "stdout"):
+        value = res.get(key)
+        if value:
+            return str(value).strip()
+    return "no message"
+
+
+class Progress:
+    """Folds ansible-runner events into live state: current play/task, per-host counters, failures."""
+
+    def __init__(self) -> None:
+        self.play = ""
+        self.task = ""
+        self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
+        self.failures: list[Failure] = []
+        self.changes: dict[str, list[str]] = defaultdict(list)
+        self.reboot_required: dict[str, bool] = {}
+        self.lock = threading.Lock()
+
+    def handle(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data") or {}
+        host = data.get("host") or ""
+        res = data.get("res") or {}
+        with self.lock:
+            if kind == "playbook_on_play_start":
+                self.play = data.get("play", "")
+            elif kind == "playbook_on_task_start":
+                self.task = data.get("task", "")
+            elif kind == "runner_on_ok":
+                counts = self.counts[host]
+                counts["ok"] += 1
+                if res.get("changed"):
+                    counts["changed"] += 1
+                    self.changes[host].append(data.get("task", ""))
+                facts = res.get("ansible_facts") or {}
+                if "nodeforge_reboot_required" in facts:
+                    self.reboot_required[host] = bool(facts["nodeforge_reboot_required"])
+            elif kind == "runner_on_failed":
+                if data.get("ignore_errors"):
+                    self.counts[host]["ignored"] += 1
+                else:
+                    self.counts[host]["failed"] += 1
+                    self.failures.append(Failure(host, data.get("task", ""), _message(res)))
+            elif kind == "runner_on_unreachable":
+                self.counts[host]["unreachable"] += 1
+                self.failures.append(Failure(host, data.get("task", ""), _message(res), unreachable=True))
+            elif kind == "runner_on_skipped":
+                self.counts[host]["skipped"] += 1
+        return True  # keep the event in the artifacts
+
+
+class Canceller:
+    """Ctrl-C (SIGINT/SIGTERM) asks ansible-runner to stop through its cancel_callback."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+
+    def __call__(self) -> bool:
+        return self.requested.is_set()
+
+    def request(self, *_: Any) -> None:
+        self.requested.set()
+
+
+def _cmdline(opts: RunOptions) -> str | None:
+    parts = []
+    if opts.check:
+        parts.append("--check")
+    if opts.diff:
+        parts.append("--diff")
+    return " ".join(parts) or None
+
+
+def run_playbook(
+    playbook: str,
+    opts: RunOptions,
+    on_tick: Any = None,
+    canceller: Canceller | None = None,
+    install_signal_handlers: bool = True,
+) -> RunResult:
+    """Run a playbook (a name under content/playbooks or a path); block until it ends, calling on_tick(progress)."""
+    path = Path(playbook)
+    if not path.is_absolute() and not path.exists():
+        path = content.playbook(playbook)
+    private = state_dir() / "runner"
+    private.mkdir(parents=True, exist_ok=True)
+    ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
+    progress = Progress()
+    canceller = canceller or Canceller()
+    envvars = {
+        # ansible-playbook comes with the Python that runs nodeforge (the venv's bin/), whatever PATH says.
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]),
+        "ANSIBLE_ROLES_PATH": str(content.roles_dir()),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_FORCE_COLOR": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        **opts.envvars,
+    }
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(private),
+        "playbook": str(path.resolve()),
+        "project_dir": str(path.resolve().parent),
+        "ident": ident,
+        "quiet": True,
+        "rotate_artifacts": opts.keep_runs,
+        "envvars": envvars,
+        "extravars": opts.extravars or None,
+        "limit": opts.limit,
+        "tags": opts.tags,
+        "skip_tags": opts.skip_tags,
+        "verbosity": opts.verbosity or None,
+        "forks": opts.forks,
+        "cmdline": _cmdline(opts),
+        "event_handler": progress.handle,
+        "cancel_callback": canceller,
+        "suppress_env_files": True,
+    }
+    if opts.inventory:
+        kwargs["inventory"] = str(Path(opts.inventory).resolve())
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+
+    previous: dict[int, Any] = {}
+    if install_signal_handlers and threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, canceller.request)
+    started = time.monotonic()
+    try:
+        thread, runner = ansible_runner.run_async(**kwargs)
+        while thread.is_alive():
+            thread.join(0.1)
+            if on_tick:
+                on_tick(progress)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    duration = time.monotonic() - started
+    return _result(str(path), runner, progress, duration)
+
+
+def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> RunResult:
+    stats = runner.stats or {}
+    hosts: dict[str, dict[str, int]] = {}
+    names = set(progress.counts)
+    for key in STATS_KEYS.values():
+        names |= set((stats.get(key) or {}).keys())
+    for host in sorted(names):
+        if stats:
+            hosts[host] = {c: int((stats.get(k) or {}).get(host, 0)) for c, k in STATS_KEYS.items()}
+        else:  # canceled before the stats event: what the events showed
+            hosts[host] = dict(progress.counts[host])
+    error = ""
+    if runner.status not in ("successful", "canceled") and not hosts:
+        try:
+            error = "\n".join(runner.stdout.read().strip().splitlines()[-15:])
+        except (OSError, AttributeError):
+            error = f"ansible-playbook exited with {runner.rc}"
+    return RunResult(
+        error=error,
+        playbook=playbook,
+        status=runner.status,
+        rc=runner.rc if runner.rc is not None else -1,
+        artifacts=str(runner.config.artifact_dir),
+        hosts=hosts,
+        failures=progress.failures,
+        changes={h: t for h, t in progress.changes.items() if t},
+        reboot_required=dict(progress.reboot_required),
+        duration_s=duration,
+    )

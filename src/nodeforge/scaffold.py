@@ -1,0 +1,83 @@
+"""`nodeforge init`: scaffold an inventory from a hardware profile (kubespray's sample style)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nodeforge import content, specs
+
+GLOBAL_ROLE = "nodeforge"
+
+
+class ScaffoldError(RuntimeError):
+    pass
+
+
+def _yaml_value(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+def _commented_vars(role: specs.RoleSpec, set_values: dict[str, Any]) -> list[str]:
+    lines = [f"## {role.role}: {role.short_description}", f"## Reference: roles/{role.role}/README.md", ""]
+    for name, var in role.options.items():
+        for chunk in textwrap.wrap(var.description, 106) or [""]:
+            lines.append(f"# {chunk}")
+        if var.choices:
+            lines.append(f"# choices: {', '.join(map(str, var.choices))}")
+        if name in set_values:
+            lines.append(f"{name}: {_yaml_value(set_values[name])}")
+        else:
+            lines.append(f"# {name}: {_yaml_value(var.default)}")
+        lines.append("")
+    return lines
+
+
+def render(profile: str, nodes: int) -> dict[str, str]:
+    profiles = content.profiles()
+    if profile not in profiles:
+        raise ScaffoldError(f"unknown profile {profile!r}; known profiles: {', '.join(profiles)}")
+    if nodes < 1:
+        raise ScaffoldError(f"--nodes must be at least 1 (got {nodes})")
+    data = profiles[profile]
+    hosts = {f"gpu-node-{i:02d}": {"ansible_host": f"192.0.2.{10 + i}"} for i in range(1, nodes + 1)}
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": {}}}}}
+    files = {
+        "hosts.yml": (
+            f"# nodeforge inventory for profile {profile}: {data['description']}\n"
+            "# Replace the documentation addresses (192.0.2.0/24) with your nodes'. nodeforge connects over SSH\n"
+            "# with host key checking on: add the nodes' keys to known_hosts first.\n"
+            "# Validate with: nodeforge check -i <this directory>\n---\n" + yaml.safe_dump(inventory, sort_keys=False)
+        )
+    }
+    role_specs = specs.role_specs()
+    header = "---\n# Every tunable is listed, commented out with its default; uncomment what you change.\n\n"
+    all_lines = _commented_vars(role_specs[GLOBAL_ROLE], {"nodeforge_profile": profile})
+    files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
+    worker_lines: list[str] = []
+    for name, role in role_specs.items():
+        if name != GLOBAL_ROLE:
+            worker_lines += _commented_vars(role, {})
+    files["group_vars/gpu_nodes.yml"] = (
+        header + ("\n".join(worker_lines).rstrip() or "# (no component role yet)") + "\n"
+    )
+    return files
+
+
+def write(directory: Path, profile: str, nodes: int) -> list[Path]:
+    files = render(profile, nodes)
+    clashes = [directory / rel for rel in files if (directory / rel).exists()]
+    if clashes:
+        raise ScaffoldError(
+            f"refusing to overwrite existing file(s): {', '.join(map(str, clashes))}; choose an empty directory"
+        )
+    written = []
+    for rel, text in files.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written

@@ -1,0 +1,103 @@
+"""The runner, against real small playbooks through ansible-runner (localhost and an unreachable host)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from nodeforge.runner import (
+    EXIT_CANCELED,
+    EXIT_HOST_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    Canceller,
+    RunOptions,
+    run_playbook,
+    state_dir,
+)
+from tests.conftest import PLAYBOOKS
+
+pytestmark = pytest.mark.slow
+
+
+def test_success_counts_changes_and_facts(local_inventory, tmp_path):
+    marker = tmp_path / "marker"
+    opts = RunOptions(inventory=str(local_inventory), extravars={"marker_path": str(marker)})
+    ticks = []
+    result = run_playbook(str(PLAYBOOKS / "success.yml"), opts, on_tick=ticks.append)
+    assert result.exit_code == EXIT_OK
+    assert result.status == "successful"
+    assert result.hosts["localnode"]["ok"] == 3
+    assert result.hosts["localnode"]["changed"] == 1
+    assert result.hosts["localnode"]["failed"] == 0
+    assert result.changes == {"localnode": ["Write a marker file"]}
+    assert result.reboot_required == {"localnode": True}
+    assert marker.read_text() == "x\n"
+    assert ticks, "the live view was never updated"
+    assert (state_dir() / "runner" / "artifacts").is_dir()
+    assert result.artifacts.startswith(str(state_dir()))
+
+
+def test_check_mode_changes_nothing(local_inventory, tmp_path):
+    marker = tmp_path / "marker"
+    opts = RunOptions(inventory=str(local_inventory), extravars={"marker_path": str(marker)}, check=True, diff=True)
+    result = run_playbook(str(PLAYBOOKS / "success.yml"), opts)
+    assert result.exit_code == EXIT_OK
+    assert result.changes == {"localnode": ["Write a marker file"]}
+    assert not marker.exists()
+
+
+def test_failing_task_is_reported(local_inventory):
+    result = run_playbook(str(PLAYBOOKS / "failing.yml"), RunOptions(inventory=str(local_inventory)))
+    assert result.exit_code == EXIT_HOST_FAILED
+    assert result.hosts["localnode"]["failed"] == 1
+    assert result.hosts["localnode"]["ignored"] == 1
+    [failure] = result.failures
+    assert failure.host == "localnode"
+    assert failure.task == "Refuse on purpose"
+    assert failure.message == "the node said no: localnode"
+    assert not failure.unreachable
+
+
+def test_unreachable_host(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    # Nothing listens on port 1 of the loopback: ssh is refused at once.
+    inventory.write_text(
+        "all:\n  hosts:\n    deadnode:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n"
+        "      ansible_connection: ssh\n"
+    )
+    opts = RunOptions(inventory=str(inventory), extravars={"marker_path": str(tmp_path / "m")})
+    result = run_playbook(str(PLAYBOOKS / "success.yml"), opts)
+    assert result.exit_code == EXIT_UNREACHABLE
+    assert result.hosts["deadnode"]["unreachable"] == 1
+    [failure] = result.failures
+    assert failure.unreachable
+    assert failure.task == "Write a marker file"  # debug runs on the controller; copy is the first to connect
+    assert "port 1" in failure.message or "refused" in failure.message.lower()
+
+
+def test_cancel_stops_the_run(local_inventory):
+    canceller = Canceller()
+    timer = threading.Timer(3.0, canceller.request)
+    timer.start()
+    started = time.monotonic()
+    try:
+        result = run_playbook(
+            str(PLAYBOOKS / "slow.yml"), RunOptions(inventory=str(local_inventory)), canceller=canceller
+        )
+    finally:
+        timer.cancel()
+    assert result.status == "canceled"
+    assert result.exit_code == EXIT_CANCELED
+    assert time.monotonic() - started < 60  # the playbook alone would take 120 s
+
+
+def test_artifacts_rotate(local_inventory, tmp_path):
+    opts = RunOptions(inventory=str(local_inventory), extravars={"marker_path": str(tmp_path / "m")}, keep_runs=2)
+    for _ in range(3):
+        run_playbook(str(PLAYBOOKS / "success.yml"), opts)
+        time.sleep(1.1)  # idents carry the second
+    runs = [p for p in (state_dir() / "runner" / "artifacts").iterdir() if p.is_dir()]
+    assert len(runs) == 2
