@@ -51,14 +51,16 @@ def live_progress(console: Console, enabled: bool = True) -> Iterator[Any]:
 
 def summary_table(result: RunResult) -> Table:
     table = Table(title=f"{result.playbook.rsplit('/', 1)[-1]}: {result.status} in {result.duration_s:.1f}s")
-    table.add_column("host")
-    for name in COUNTERS:
-        table.add_column(name, justify="right", style=STYLES.get(name))
+    table.add_column("host", no_wrap=True)
+    # rescued/ignored only when some host has them: host names must stay readable in an 80-column CI log.
+    shown = [n for n in COUNTERS if n not in ("rescued", "ignored") or any(h[n] for h in result.hosts.values())]
+    for name in shown:
+        table.add_column(name, justify="right", style=STYLES.get(name), no_wrap=True)
     show_reboot = bool(result.reboot_required)
     if show_reboot:
         table.add_column("reboot")
     for host, counts in result.hosts.items():
-        row = [host, *(str(counts[n]) for n in COUNTERS)]
+        row = [host, *(str(counts[n]) for n in shown)]
         if show_reboot:
             row.append("required" if result.reboot_required.get(host) else "-")
         table.add_row(*row)
@@ -81,7 +83,7 @@ def print_result(console: Console, result: RunResult, plan: bool = False) -> Non
         console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}", highlight=False)
     if result.status == "canceled":
         console.print("[red]canceled[/red]: the run was interrupted; hosts may be partly changed")
-    console.print(f"artifacts: {result.artifacts}", highlight=False)
+    console.print(f"artifacts: {result.artifacts}", highlight=False, soft_wrap=True)
 
 
 def print_json(console: Console, payload: dict[str, Any]) -> None:

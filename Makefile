@@ -1,0 +1,39 @@
+# The two entry points of the README: `make lab` (the main job on the lab) and `make test` (everything CI runs).
+SHELL := /bin/bash
+VENV := .venv/bin
+export CONTAINERS_CONF := $(CURDIR)/containers/containers.conf
+LAB_NODES ?= 2
+
+.PHONY: setup lab lab-down lint docs test unit molecule bench
+
+setup:
+	@bash tools/setup.sh
+
+lab: setup
+	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --provision
+
+lab-down:
+	$(VENV)/nodeforge lab down
+
+lint:
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/yamllint -s .
+	$(VENV)/python tools/gen_docs.py --check
+	cd playbooks && for p in *.yml; do ANSIBLE_ROLES_PATH=../roles ../$(VENV)/ansible-playbook --syntax-check -i localhost, $$p >/dev/null || exit 1; done
+	PATH=$(CURDIR)/.venv/bin:$$PATH $(VENV)/ansible-lint --profile production --offline
+
+docs:
+	$(VENV)/python tools/gen_docs.py
+
+unit:
+	$(VENV)/pytest -q -m "not slow and not molecule"
+
+molecule:
+	$(VENV)/pytest -q -m molecule
+
+test: setup lint
+	$(VENV)/pytest -q -rA --durations=15
+
+bench: setup
+	$(VENV)/python bench/run.py

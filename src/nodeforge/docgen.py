@@ -1,0 +1,114 @@
+"""Documentation generated from the one schema: role README variable tables, the inventory reference, the CLI
+reference. `tools/gen_docs.py --check` fails CI when a committed file drifts from what this generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from nodeforge import content, specs
+
+BEGIN = "<!-- BEGIN VARIABLES: generated from meta/argument_specs.yml by tools/gen_docs.py; do not edit -->"
+END = "<!-- END VARIABLES -->"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        text = value if value else '""'
+    else:
+        text = yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def variables_table(role: specs.RoleSpec) -> str:
+    lines = [
+        "| variable | type | required | default | choices | description |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, var in role.options.items():
+        choices = ", ".join(_cell(c) for c in var.choices) if var.choices else ""
+        default = "" if var.required else _cell(var.default)
+        desc = var.description.replace("|", "\\|")
+        lines.append(f"| `{name}` | {var.type} | {'yes' if var.required else 'no'} | {default} | {choices} | {desc} |")
+    return "\n".join(lines)
+
+
+def render_role_readme(current: str, role: specs.RoleSpec) -> str:
+    block = f"{BEGIN}\n{variables_table(role)}\n{END}"
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1]
+        return head + block + tail
+    return current.rstrip() + "\n\n## Variables\n\n" + block + "\n"
+
+
+def render_inventory_reference() -> str:
+    out = [
+        "# Inventory reference",
+        "",
+        "Generated from every role's `meta/argument_specs.yml` and the hardware profiles by `tools/gen_docs.py`;",
+        "do not edit. `nodeforge check -i INV` enforces exactly this schema, plus the cross-variable rules in",
+        "`src/nodeforge/rules.py`, before any node is touched.",
+        "",
+        "Groups: `gpu_nodes` (the workers; every host needs `nodeforge_profile`), `k8s_control` (where kubeconfig",
+        "works), optional `scale_clients`. Variables with a cross-role meaning use the `nodeforge_` prefix; role",
+        "variables use the role name as prefix.",
+        "",
+        "## Hardware profiles",
+        "",
+        "| profile | GPUs | architecture | HCAs | default driver flavor | default branch |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, p in content.profiles().items():
+        gpu = p["gpu"]
+        gpus = f"{gpu['count']}x {gpu['model']}" if gpu["count"] else "none"
+        hcas = (
+            ", ".join(
+                f"{h['name']} ({h['model']}, {h['link_layer']} {h['rate_gbps']}G, NUMA {h['numa_node']})"
+                for h in p["hcas"]
+            )
+            or "none"
+        )
+        d = p.get("defaults", {})
+        out.append(
+            f"| `{name}` | {gpus} | {gpu['architecture']} | {hcas} | {d.get('nvidia_driver_flavor', '')} "
+            f"| {d.get('nvidia_driver_branch', '')} |"
+        )
+    out += ["", "Profile descriptions:", ""]
+    out += [f"- `{name}`: {p['description']}" for name, p in content.profiles().items()]
+    for role in specs.role_specs().values():
+        out += ["", f"## Role `{role.role}`", "", role.short_description, "", variables_table(role)]
+    return "\n".join(out) + "\n"
+
+
+def render_cli_reference(group: click.Group) -> str:
+    out = ["# CLI reference", "", "Generated from the click commands by `tools/gen_docs.py`; do not edit.", ""]
+
+    def walk(cmd: click.Command, path: list[str]) -> None:
+        ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+        out.extend([f"## `{' '.join(path)}`", "", "```", cmd.get_help(ctx).rstrip(), "```", ""])
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                walk(cmd.get_command(ctx, name), [*path, name])
+
+    walk(group, ["nodeforge"])
+    return "\n".join(out).rstrip() + "\n"
+
+
+def outputs(repo: Path) -> dict[Path, str]:
+    """Every generated file and its expected content."""
+    from nodeforge.cli import main
+
+    result: dict[Path, str] = {}
+    for role in specs.role_specs().values():
+        readme = repo / "roles" / role.role / "README.md"
+        current = readme.read_text() if readme.exists() else f"# Role `{role.role}`\n\n{role.short_description}\n"
+        result[readme] = render_role_readme(current, role)
+    result[repo / "docs" / "inventory-reference.md"] = render_inventory_reference()
+    result[repo / "docs" / "cli-reference.md"] = render_cli_reference(main)
+    return result

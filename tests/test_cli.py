@@ -1,0 +1,164 @@
+"""The CLI: verbs, shared options, refusal on bad inventories, summaries, --json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nodeforge import __version__, cli
+from nodeforge.cli import VERBS, Verb, main, parse_extravars
+from tests.conftest import PLAYBOOKS, REPO
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def verb_playbook(monkeypatch):
+    """Point a verb at a test playbook (the table is the only place verbs meet playbooks)."""
+
+    def use(verb: str, playbook: str) -> None:
+        spec = VERBS[verb]
+        monkeypatch.setitem(VERBS, verb, Verb(str(PLAYBOOKS / playbook), spec.help, spec.check, spec.diff))
+
+    return use
+
+
+def test_version(runner):
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_every_verb_has_the_shared_options(runner):
+    for verb in VERBS:
+        out = runner.invoke(main, [verb, "--help"]).output
+        for flag in ("--inventory", "--limit", "--tags", "--skip-tags", "--extra-vars", "--check", "--diff",
+                     "--verbose", "--forks", "--json"):  # fmt: skip
+            assert flag in out, f"{verb} lacks {flag}"
+
+
+def test_verb_playbooks_exist():
+    from nodeforge import content
+
+    for verb in VERBS.values():
+        assert content.playbook(verb.playbook).is_file(), verb.playbook
+
+
+def test_extravars_forms(tmp_path):
+    f = tmp_path / "vars.yml"
+    f.write_text("a: 1\nb: [x]\n")
+    assert parse_extravars(("k=v x=1", f"@{f}", '{"c": true}')) == {"k": "v", "x": "1", "a": 1, "b": ["x"], "c": True}
+
+
+@pytest.mark.parametrize("bad", ["novalue", "@/nonexistent/file.yml", "{not json"])
+def test_bad_extravars(bad):
+    import click
+
+    with pytest.raises(click.BadParameter):
+        parse_extravars((bad,))
+
+
+def test_check_accepts_sample(runner):
+    result = runner.invoke(main, ["check", "-i", str(REPO / "inventories" / "dgx1-openshift")])
+    assert result.exit_code == 0, result.output
+    assert "is valid" in result.output
+
+
+def test_check_rejects_and_names_the_culprit(runner, tmp_path):
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        n1:\n          nodeforge_profile: dgx-1\n"
+        "          nvidia_driver_flavor: open\n"
+    )
+    result = runner.invoke(main, ["check", "-i", str(tmp_path), "--json"])
+    assert result.exit_code == 1
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "invalid"
+    [problem] = payload["problems"]
+    assert problem["variable"] == "nvidia_driver_flavor"
+    assert problem["scope"] == "host n1"
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_run_verbs_refuse_a_bad_inventory(runner, tmp_path, monkeypatch, verb):
+    def never(*_a, **_k):
+        raise AssertionError("ansible must not start on a bad inventory")
+
+    monkeypatch.setattr(cli, "run_playbook", never)
+    (tmp_path / "hosts.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        n1:\n")
+    result = runner.invoke(main, [verb, "-i", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "no node was touched" in result.output
+    assert "n1: nodeforge_profile: found nothing" in result.output
+
+
+@pytest.mark.slow
+def test_provision_json_summary(runner, local_inventory, tmp_path, verb_playbook):
+    verb_playbook("provision", "success.yml")
+    marker = tmp_path / "marker"
+    result = runner.invoke(main, ["provision", "-i", str(local_inventory), "-e", f"marker_path={marker}", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["hosts"]["localnode"]["changed"] == 1
+    assert payload["hosts"]["localnode"]["failed"] == 0
+    assert payload["reboot_required"] == {"localnode": True}
+    assert marker.exists()
+
+
+@pytest.mark.slow
+def test_provision_failure_summary_and_exit(runner, local_inventory, verb_playbook):
+    verb_playbook("provision", "failing.yml")
+    result = runner.invoke(main, ["provision", "-i", str(local_inventory)])
+    assert result.exit_code == 2
+    assert "FAILED localnode: task Refuse on purpose: the node said no: localnode" in result.output
+    assert "artifacts:" in result.output
+
+
+@pytest.mark.slow
+def test_plan_lists_would_change_and_changes_nothing(runner, local_inventory, tmp_path, verb_playbook):
+    verb_playbook("plan", "success.yml")
+    marker = tmp_path / "marker"
+    result = runner.invoke(main, ["plan", "-i", str(local_inventory), "-e", f"marker_path={marker}"])
+    assert result.exit_code == 0, result.output
+    assert "localnode would change: Write a marker file" in result.output
+    assert not marker.exists()
+
+
+def test_init_scaffolds_a_valid_inventory(runner, tmp_path):
+    target = tmp_path / "site"
+    result = runner.invoke(main, ["init", str(target), "--profile", "dell-c4140", "--nodes", "3"])
+    assert result.exit_code == 0, result.output
+    hosts = yaml.safe_load((target / "hosts.yml").read_text())
+    assert len(hosts["all"]["children"]["gpu_nodes"]["hosts"]) == 3
+    all_vars = (target / "group_vars" / "all.yml").read_text()
+    assert "nodeforge_profile: dell-c4140" in all_vars
+    assert "# nodeforge_reboot_policy: never" in all_vars
+    assert "roles/nodeforge/README.md" in all_vars
+    assert runner.invoke(main, ["check", "-i", str(target)]).exit_code == 0
+
+
+def test_init_lists_every_tunable(runner, tmp_path):
+    from nodeforge import specs
+
+    runner.invoke(main, ["init", str(tmp_path / "s"), "--profile", "lab"])
+    text = "".join(p.read_text() for p in (tmp_path / "s" / "group_vars").iterdir())
+    for name in specs.all_vars():
+        assert f"{name}:" in text, name
+
+
+def test_init_refuses_to_overwrite(runner, tmp_path):
+    runner.invoke(main, ["init", str(tmp_path), "--profile", "lab"])
+    result = runner.invoke(main, ["init", str(tmp_path), "--profile", "lab"])
+    assert result.exit_code != 0
+    assert "refusing to overwrite" in result.output
+
+
+def test_init_unknown_profile(runner, tmp_path):
+    result = runner.invoke(main, ["init", str(tmp_path), "--profile", "dgx-2"])
+    assert result.exit_code != 0
+    assert "unknown profile 'dgx-2'" in result.output and "dgx-1" in result.output

@@ -1,0 +1,60 @@
+"""The lab, end to end through the real CLI: two podman container nodes provisioned, summarised, removed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from nodeforge import lab
+from nodeforge.cli import main
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed (make setup installs it)"),
+]
+
+
+@pytest.fixture
+def lab_name():
+    name = f"pytest{os.getpid()}"
+    yield name
+    lab.down(name)
+
+
+def test_lab_up_provision_down(lab_name):
+    runner = CliRunner()
+    up = runner.invoke(main, ["lab", "up", "--nodes", "2", "--provision", "--json", "--name", lab_name])
+    assert up.exit_code == 0, up.output
+    summary = json.loads(up.stdout)
+    nodes = [f"nodeforge-{lab_name}-1", f"nodeforge-{lab_name}-2"]
+    assert sorted(summary["hosts"]) == nodes
+    for host in nodes:
+        counts = summary["hosts"][host]
+        assert counts["failed"] == 0 and counts["unreachable"] == 0
+        assert counts["ok"] > 0
+    assert summary["status"] == "successful"
+    assert summary["failures"] == []
+
+    status = runner.invoke(main, ["lab", "status", "--name", lab_name])
+    assert status.exit_code == 0
+    for host in nodes:
+        assert f"{host}\trunning" in status.output
+
+    again = runner.invoke(main, ["lab", "provision", "--json", "--name", lab_name])
+    assert again.exit_code == 0, again.output
+    assert all(c["changed"] == 0 for c in json.loads(again.stdout)["hosts"].values())
+
+    down = runner.invoke(main, ["lab", "down", "--name", lab_name])
+    assert down.exit_code == 0
+    assert lab.nodes(lab_name) == []
+    assert not lab.inventory_path(lab_name).exists()
+
+
+def test_lab_provision_without_lab_says_so():
+    result = CliRunner().invoke(main, ["lab", "provision", "--name", "never-started"])
+    assert result.exit_code != 0
+    assert "is not up" in result.output and "nodeforge lab up" in result.output
