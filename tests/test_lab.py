@@ -42,7 +42,7 @@ def test_lab_up_provision_down(lab_name):
     status = runner.invoke(main, ["lab", "status", "--name", lab_name])
     assert status.exit_code == 0
     for host in nodes:
-        assert f"{host}\trunning" in status.output
+        assert f"{host}  running" in status.output
 
     again = runner.invoke(main, ["lab", "provision", "--json", "--name", lab_name])
     assert again.exit_code == 0, again.output

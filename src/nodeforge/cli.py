@@ -249,8 +249,8 @@ def lab_status(name: str) -> None:
         console.print(f"lab {name}: no nodes")
         return
     for node in found:
-        console.print(f"{node.name}\t{node.state}")
-    console.print(f"inventory: {lab.inventory_path(name)}")
+        console.print(f"{node.name}  {node.state}")
+    console.print(f"inventory: {lab.inventory_path(name)}", soft_wrap=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
