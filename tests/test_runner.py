@@ -101,3 +101,30 @@ def test_artifacts_rotate(local_inventory, tmp_path):
         time.sleep(1.1)  # idents carry the second
     runs = [p for p in (state_dir() / "runner" / "artifacts").iterdir() if p.is_dir()]
     assert len(runs) == 2
+
+
+def test_ctrl_c_on_the_cli_cancels_and_exits_non_zero(local_inventory):
+    """A real SIGINT to a real CLI process: the run is canceled through the cancel_callback, exit code 130."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from nodeforge import cli; "
+        f"cli.VERBS['provision'] = cli.Verb({str(PLAYBOOKS / 'slow.yml')!r}, 'slow'); "
+        "sys.argv = ['nodeforge', 'provision', '-i', sys.argv[1]]; cli.main()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(local_inventory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    time.sleep(6)
+    assert proc.poll() is None, proc.communicate()[0]
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_CANCELED, out
+    assert "canceled" in out
+    assert time.monotonic() - started < 30

@@ -19,7 +19,7 @@ import ansible_runner
 
 from nodeforge import content
 
-DEFAULT_KEEP_RUNS = 10
+DEFAULT_KEEP_RUNS = int(os.environ.get("NODEFORGE_KEEP_RUNS", "10"))
 EXIT_OK, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_UNREACHABLE, EXIT_CANCELED = 0, 1, 2, 4, 130
 COUNTERS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
 STATS_KEYS = {
