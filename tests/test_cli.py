@@ -162,3 +162,18 @@ def test_init_unknown_profile(runner, tmp_path):
     result = runner.invoke(main, ["init", str(tmp_path), "--profile", "dgx-2"])
     assert result.exit_code != 0
     assert "unknown profile 'dgx-2'" in result.output and "dgx-1" in result.output
+
+
+def test_init_host_prefix_and_os(runner, tmp_path):
+    result = runner.invoke(
+        main, ["init", str(tmp_path / "s"), "-p", "dgx-h100", "--host-prefix", "h100", "--os", "ubuntu24.04"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "h100-01:" in (tmp_path / "s" / "hosts.yml").read_text()
+    assert "\nnodeforge_os: ubuntu24.04\n" in (tmp_path / "s" / "group_vars" / "all.yml").read_text()
+
+
+def test_init_rejects_unknown_os(runner, tmp_path):
+    result = runner.invoke(main, ["init", str(tmp_path / "s"), "-p", "lab", "--os", "windows"])
+    assert result.exit_code != 0
+    assert "unknown OS 'windows'" in result.output

@@ -167,10 +167,12 @@ def check(inventory: str, extra_vars: tuple[str, ...], json_mode: bool) -> None:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", "-p", required=True, help="Hardware profile (e.g. dgx-1, dell-c4140, lab).")
 @click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of GPU nodes.")
-def init(directory: Path, profile: str, nodes: int) -> None:
+@click.option("--host-prefix", default="gpu-node", show_default=True, help="Host names: PREFIX-01, PREFIX-02, ...")
+@click.option("--os", "node_os", default="", help="Declare nodeforge_os (e.g. rocky9, ubuntu24.04, debian12).")
+def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: str) -> None:
     """Scaffold an inventory in DIRECTORY from a hardware profile."""
     try:
-        written = scaffold.write(directory, profile, nodes)
+        written = scaffold.write(directory, profile, nodes, host_prefix, node_os)
     except scaffold.ScaffoldError as exc:
         raise click.ClickException(str(exc)) from exc
     console = _console()

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import yaml
 
-from nodeforge import content, specs
+from nodeforge import content, scaffold, specs
 
 BEGIN = "<!-- BEGIN VARIABLES: generated from meta/argument_specs.yml by tools/gen_docs.py; do not edit -->"
 END = "<!-- END VARIABLES -->"
@@ -111,4 +111,7 @@ def outputs(repo: Path) -> dict[Path, str]:
         result[readme] = render_role_readme(current, role)
     result[repo / "docs" / "inventory-reference.md"] = render_inventory_reference()
     result[repo / "docs" / "cli-reference.md"] = render_cli_reference(main)
+    for name, (profile, prefix, node_os) in scaffold.SAMPLES.items():
+        for rel, text in scaffold.render(profile, 2, prefix, node_os).items():
+            result[repo / "inventories" / name / rel] = text
     return result

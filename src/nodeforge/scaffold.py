@@ -36,14 +36,19 @@ def _commented_vars(role: specs.RoleSpec, set_values: dict[str, Any]) -> list[st
     return lines
 
 
-def render(profile: str, nodes: int) -> dict[str, str]:
+def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> dict[str, str]:
     profiles = content.profiles()
     if profile not in profiles:
         raise ScaffoldError(f"unknown profile {profile!r}; known profiles: {', '.join(profiles)}")
     if nodes < 1:
         raise ScaffoldError(f"--nodes must be at least 1 (got {nodes})")
     data = profiles[profile]
-    hosts = {f"gpu-node-{i:02d}": {"ansible_host": f"192.0.2.{10 + i}"} for i in range(1, nodes + 1)}
+    os_choices = specs.all_vars()["nodeforge_os"].choices or []
+    if node_os not in os_choices:
+        raise ScaffoldError(f"unknown OS {node_os!r}; expected one of {', '.join(c for c in os_choices if c)}")
+    if nodes > 200:
+        raise ScaffoldError(f"--nodes {nodes}: at most 200 (the scaffold uses documentation addresses 192.0.2.11-210)")
+    hosts = {f"{host_prefix}-{i:02d}": {"ansible_host": f"192.0.2.{10 + i}"} for i in range(1, nodes + 1)}
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": {}}}}}
     files = {
         "hosts.yml": (
@@ -55,7 +60,8 @@ def render(profile: str, nodes: int) -> dict[str, str]:
     }
     role_specs = specs.role_specs()
     header = "---\n# Every tunable is listed, commented out with its default; uncomment what you change.\n\n"
-    all_lines = _commented_vars(role_specs[GLOBAL_ROLE], {"nodeforge_profile": profile})
+    set_values = {"nodeforge_profile": profile, **({"nodeforge_os": node_os} if node_os else {})}
+    all_lines = _commented_vars(role_specs[GLOBAL_ROLE], set_values)
     files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
     worker_lines: list[str] = []
     for name, role in role_specs.items():
@@ -67,8 +73,17 @@ def render(profile: str, nodes: int) -> dict[str, str]:
     return files
 
 
-def write(directory: Path, profile: str, nodes: int) -> list[Path]:
-    files = render(profile, nodes)
+# The sample inventories under inventories/ (the lab's is hand-written): name -> (profile, host prefix, OS).
+SAMPLES = {
+    "dgx1-openshift": ("dgx-1", "dgx1", "rhel8"),
+    "c4140-k8s": ("dell-c4140", "c4140", "rocky9"),
+    "vsphere-t4": ("vsphere-t4-vgpu", "vgpu-vm", "ubuntu22.04"),
+    "dgx-h100-k8s": ("dgx-h100", "dgxh100", "ubuntu24.04"),
+}
+
+
+def write(directory: Path, profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> list[Path]:
+    files = render(profile, nodes, host_prefix, node_os)
     clashes = [directory / rel for rel in files if (directory / rel).exists()]
     if clashes:
         raise ScaffoldError(
