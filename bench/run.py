@@ -1,0 +1,528 @@
+"""nodeforge benchmark: static check at scale, lab provision and idempotent rerun, CLI overhead over ansible-runner.
+
+A script, not a test: it prints one table (metric, value, target, met) and writes bench/results/latest.json.
+It exits 0 when targets are missed (it reports them) and 1 when a run fails outright (a CLI call exits with an
+unexpected code, a playbook fails, output cannot be parsed). See bench/README.md.
+
+    .venv/bin/python bench/run.py [--quick] [--only check|lab|overhead ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+VENV_BIN = ROOT / ".venv" / "bin"
+PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
+NODEFORGE = [str(VENV_BIN / "nodeforge")] if (VENV_BIN / "nodeforge").exists() else [PYTHON, "-m", "nodeforge"]
+CALL_TIMEOUT_S = 600
+SECTIONS = ("check", "lab", "overhead")
+
+# ---------------------------------------------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Row:
+    metric: str
+    value: str
+    target: str = "-"
+    met: str = "-"
+    section: str = ""  # the table groups rows by section, in SECTIONS order
+
+
+class BenchFailure(RuntimeError):
+    """A run failed outright (not a missed target)."""
+
+
+class Bench:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.rows: list[Row] = []
+        self.samples: dict[str, Any] = {}
+        self.failures: list[str] = []
+        self.section = ""
+
+    def row(self, metric: str, value: str, target: str = "-", met: bool | None = None) -> None:
+        met_text = "-" if met is None else ("yes" if met else "no")
+        self.rows.append(Row(metric, value, target, met_text, self.section))
+
+    def call(self, args: list[str], expect: tuple[int, ...] = (0,), what: str = "") -> tuple[float, str]:
+        """Run a subprocess; (wall seconds, stdout). Raises BenchFailure on an unexpected exit code."""
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                args, capture_output=True, text=True, env=self.env, timeout=CALL_TIMEOUT_S, check=False, cwd=ROOT
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise BenchFailure(f"{what or ' '.join(args)}: no answer within {CALL_TIMEOUT_S}s") from exc
+        wall = time.perf_counter() - started
+        if proc.returncode not in expect:
+            tail = "\n".join((proc.stderr.strip() or proc.stdout.strip()).splitlines()[-20:])
+            raise BenchFailure(
+                f"{what or ' '.join(args)}: exit {proc.returncode} (expected {'/'.join(map(str, expect))})\n{tail}"
+            )
+        return wall, proc.stdout
+
+
+def _json(stdout: str, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(stdout)
+    except json.JSONDecodeError as exc:
+        raise BenchFailure(f"{what}: stdout is not JSON ({exc}): {stdout[:300]!r}") from exc
+    if not isinstance(data, dict):
+        raise BenchFailure(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s"
+
+
+def _median(samples: list[float]) -> str:
+    """The median, and the range when there are several samples (run-to-run noise is part of the reading)."""
+    median = _s(statistics.median(samples))
+    return f"{median} ({min(samples):.2f}-{max(samples):.2f})" if len(samples) > 1 else median
+
+
+def _changed(summary: dict[str, Any]) -> int:
+    return sum(int(h.get("changed", 0)) for h in (summary.get("hosts") or {}).values())
+
+
+def _provision_ok(summary: dict[str, Any], what: str, hosts: int) -> None:
+    problems = []
+    if summary.get("status") != "successful":
+        problems.append(f"status {summary.get('status')!r}")
+    for host, counts in (summary.get("hosts") or {}).items():
+        if counts.get("failed") or counts.get("unreachable"):
+            problems.append(f"{host}: failed {counts.get('failed')}, unreachable {counts.get('unreachable')}")
+    if len(summary.get("hosts") or {}) != hosts:
+        problems.append(f"{len(summary.get('hosts') or {})} host(s) in the summary, expected {hosts}")
+    if problems:
+        failures = "; ".join(f"{f.get('host')}: {f.get('task')}: {f.get('message')}" for f in summary["failures"][:5])
+        raise BenchFailure(f"{what}: {', '.join(problems)} {failures} {summary.get('error', '')}".strip())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1. nodeforge check on a generated 1,000-host inventory
+
+# Hardware groups under gpu_nodes: (group, profile, OS, share of the hosts, extra group vars).
+HW_GROUPS: list[tuple[str, str, str, float, dict[str, Any]]] = [
+    ("dgx1_sjc", "dgx-1", "rhel8", 0.12, {"nvidia_driver_branch": "580"}),
+    ("dgx1_ams", "dgx-1", "rocky9", 0.08, {"nodeforge_reboot_policy": "never"}),
+    ("c4140_sjc", "dell-c4140", "rocky9", 0.15, {"nvidia_driver_flavor": "proprietary"}),
+    ("c4140_fra", "dell-c4140", "rhel9", 0.10, {}),
+    ("smc4029_fra", "supermicro-4029gp-tvrt", "ubuntu22.04", 0.15, {"preflight_enforce_pci": True}),
+    ("vsphere_t4_ams", "vsphere-t4-vgpu", "ubuntu22.04", 0.10, {"preflight_enforce_pci": False}),
+    ("dgxh100_sjc", "dgx-h100", "ubuntu24.04", 0.18, {"nvidia_driver_branch": "595"}),
+    ("dgxh100_fra", "dgx-h100", "ubuntu24.04", 0.12, {"nodeforge_manifest_overrides": {"ofed": {"mode": "doca"}}}),
+]
+SITES = {"sjc": "10.10", "ams": "10.20", "fra": "10.30"}
+
+
+def _keep(known: set[str], prefixes: tuple[str, ...]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """Drop variables with a role prefix that no role declares (yet): the inventory must stay valid as roles land."""
+
+    def keep(variables: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in variables.items() if k in known or not k.startswith(prefixes)}
+
+    return keep
+
+
+def _dump(path: Path, data: Any, header: str = "") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("---\n" + header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+
+
+def generate_inventory(directory: Path, hosts: int = 1000, problems: bool = False) -> int:
+    """Write a realistic directory inventory (hosts.yml, group_vars/, host_vars/); with problems, inject some.
+
+    Returns the number of problem sites injected (0 for the valid one)."""
+    from nodeforge import specs
+
+    keep = _keep(set(specs.all_vars()), specs.prefixes())
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    counts = [int(hosts * share) for *_, share, _ in HW_GROUPS]
+    counts[0] += hosts - sum(counts)
+    gpu_children: dict[str, Any] = {}
+    site_hosts: dict[str, dict[str, None]] = {site: {} for site in SITES}
+    host_vars_files: dict[str, dict[str, Any]] = {}
+    host_vars_dirs: dict[str, dict[str, dict[str, Any]]] = {}
+    serial = 0
+    for (group, _profile, _os, _share, _extra), count in zip(HW_GROUPS, counts, strict=True):
+        site = group.rsplit("_", 1)[1]
+        members: dict[str, Any] = {}
+        for i in range(1, count + 1):
+            serial += 1
+            host = f"{group.replace('_', '-')}-{i:03d}"
+            rack = 1 + (i - 1) // 16
+            hvars: dict[str, Any] = {
+                "ansible_host": f"{SITES[site]}.{rack}.{(i - 1) % 16 + 10}",
+                "rack": f"r{rack:02d}",
+            }
+            if i % 7 == 0:
+                hvars["bmc_address"] = f"{SITES[site]}.{100 + rack}.{(i - 1) % 16 + 10}"
+            if i % 11 == 0:
+                hvars["preflight_allow_nouveau"] = False
+            members[host] = hvars
+            site_hosts[site][host] = None
+            if serial % 4 == 0:  # a quarter of the hosts have a host_vars file
+                host_vars_files[host] = keep(
+                    {
+                        "serial_number": f"SN{serial:07d}",
+                        "preflight_min_free_gb": {"/": 20, "/var": 40 + serial % 3 * 10},
+                        "nodeforge_reboot_policy": "if_needed" if serial % 8 == 0 else "never",
+                    }
+                )
+            elif serial % 25 == 1:  # a few have a host_vars directory of files
+                host_vars_dirs[host] = {
+                    "main.yml": {"serial_number": f"SN{serial:07d}", "asset_tag": f"AT-{serial:05d}"},
+                    "preflight.yml": keep(
+                        {
+                            "preflight_allow_secure_boot": serial % 2 == 0,
+                            "preflight_repository_urls": [f"https://mirror.{site}.example.com/nodeforge/"],
+                        }
+                    ),
+                }
+        gpu_children[group] = {"hosts": members}
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_nodes": {"children": gpu_children},
+                "k8s_control": {"hosts": {f"k8s-cp-{i}": {"ansible_host": f"10.0.0.{10 + i}"} for i in range(1, 4)}},
+                "scale_clients": {"children": {"gpu_nodes": None}},
+                **{f"site_{site}": {"hosts": members} for site, members in site_hosts.items()},
+            }
+        }
+    }
+    injected = 0
+    if problems:
+        # Every kind of problem check reports: bad YAML, unknown profile, bad choice, bad type, typo'd variable,
+        # a cross-variable rule, a worker without a profile.
+        inventory["all"]["children"]["gpu_nodes"]["children"]["staging"] = {
+            "hosts": {f"staging-{i:02d}": {"ansible_host": f"10.99.0.{i}"} for i in range(1, 4)}
+        }
+        injected += 1
+    header = "# Generated by bench/run.py: a 1,000-host nodeforge inventory.\n"
+    _dump(directory / "hosts.yml", inventory, header)
+
+    all_vars = {
+        "ansible_user": "ops",
+        "ansible_become": True,
+        "nodeforge_reboot_policy": "if_needed",
+        "nodeforge_state_dir": "/var/lib/nodeforge",
+        "preflight_fail_on_error": True,
+        "preflight_repository_urls": [
+            "https://developer.download.nvidia.com/compute/cuda/repos/",
+            "https://linux.mellanox.com/public/repo/doca/",
+        ],
+        "preflight_repository_method": "HEAD",
+        "preflight_repository_timeout": 15,
+        "preflight_repository_validate_certs": True,
+        "ntp_servers": ["0.pool.ntp.org", "1.pool.ntp.org"],
+    }
+    if problems:
+        all_vars["nodeforge_reboot_policy"] = "sometimes"  # not a choice
+        all_vars["preflight_repository_timeout"] = "ten"  # not an int
+        injected += 2
+    _dump(directory / "group_vars" / "all.yml", keep(all_vars))
+    _dump(
+        directory / "group_vars" / "gpu_nodes.yml",
+        keep({"preflight_min_free_gb": {"/": 20, "/var": 50}, "preflight_enforce_pci_in_containers": False}),
+    )
+    _dump(directory / "group_vars" / "k8s_control.yml", {"kubeconfig_path": "/etc/kubernetes/admin.conf"})
+    for group, profile, os_name, _share, extra in HW_GROUPS:
+        gvars = keep({"nodeforge_profile": profile, "nodeforge_os": os_name, **extra})
+        if problems and group == "dgx1_ams":
+            gvars["nodeforge_profile"] = "dgx1"  # typo of dgx-1
+            injected += 1
+        if problems and group == "c4140_fra":
+            gvars["nvidia_driver_flavor"] = "open"  # rule: open modules need Turing or newer (V100 is Volta)
+            injected += 1
+        _dump(directory / "group_vars" / f"{group}.yml", gvars)
+    for site in SITES:  # group_vars as directories of files
+        _dump(
+            directory / "group_vars" / f"site_{site}" / "main.yml", {"site": site, "dns_domain": f"{site}.example.com"}
+        )
+        _dump(
+            directory / "group_vars" / f"site_{site}" / "repos.yml",
+            keep({"preflight_repository_urls": [f"https://mirror.{site}.example.com/nodeforge/"]}),
+        )
+    for n, (host, hvars) in enumerate(sorted(host_vars_files.items())):
+        if problems and n == 3:
+            hvars = {**hvars, "preflight_enforce_pcie": False}  # typo of preflight_enforce_pci
+            injected += 1
+        _dump(directory / "host_vars" / f"{host}.yml", hvars)
+        if problems and n == 5:
+            (directory / "host_vars" / f"{host}.yml").write_text("---\nrack: [r01\nserial_number: SN0\n")
+            injected += 1
+    for host, files in host_vars_dirs.items():
+        for name, data in files.items():
+            _dump(directory / "host_vars" / host / name, data)
+    return injected
+
+
+def bench_check(b: Bench, reps: int, work: Path) -> None:
+    valid, broken = work / "inv-1000-valid", work / "inv-1000-problems"
+    generate_inventory(valid)
+    injected = generate_inventory(broken, problems=True)
+    files = sum(1 for p in valid.rglob("*") if p.is_file())
+    cmd = [*NODEFORGE, "check", "-i"]
+
+    # Warm the page cache and pyc files once; then alternate the two inventories.
+    b.call([*cmd, str(valid)], what="nodeforge check (valid inventory)")
+    times: dict[str, list[float]] = {"valid": [], "problems": []}
+    for _ in range(reps):
+        times["valid"].append(b.call([*cmd, str(valid)], what="nodeforge check (valid inventory)")[0])
+        times["problems"].append(
+            b.call([*cmd, str(broken)], expect=(1,), what="nodeforge check (inventory with problems)")[0]
+        )
+    _, out = b.call([*cmd, str(broken), "--json"], expect=(1,), what="nodeforge check --json (problems)")
+    report = _json(out, "nodeforge check --json")
+    found = len(report.get("problems") or [])
+    b.samples["check"] = {**times, "files": files, "injected": injected, "problems_reported": found}
+    for kind, label in (("valid", f"valid, {files} files"), ("problems", f"{injected} injected problems")):
+        median = statistics.median(times[kind])
+        b.row(f"check 1,000 hosts ({label}): wall, median of {reps}", _median(times[kind]), "< 2 s", median < 2.0)
+    b.row(
+        "check with problems: exit code, problems reported",
+        f"exit 1, {found} problems",
+        f"exit 1, >= {injected}",
+        found >= injected,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 2. Lab provision from nothing, then an immediate rerun
+
+
+def lab_down(b: Bench, name: str) -> None:
+    try:
+        b.call([*NODEFORGE, "lab", "down", "--name", name], what=f"lab down --name {name}")
+    except BenchFailure as exc:
+        b.failures.append(str(exc))
+
+
+def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -> None:
+    name = f"bench{nodes}"
+    lab_down(b, name)  # from nothing: no containers, no inventory
+    try:
+        what = f"lab up --nodes {nodes} --provision --json --name {name}"
+        first_wall, out = b.call([*NODEFORGE, *what.split()], what=what)
+        first = _json(out, what)
+        _provision_ok(first, what, nodes)
+        what = f"lab provision --json --name {name}"
+        rerun_wall, out = b.call([*NODEFORGE, *what.split()], what=what)
+        rerun = _json(out, what)
+        _provision_ok(rerun, what, nodes)
+        ratio = rerun_wall / first_wall
+        changed = _changed(rerun)
+        b.samples[f"lab{nodes}"] = {
+            "first_wall_s": first_wall,
+            "first_duration_s": first.get("duration_s"),
+            "first_changed": _changed(first),
+            "rerun_wall_s": rerun_wall,
+            "rerun_duration_s": rerun.get("duration_s"),
+            "rerun_hosts": rerun.get("hosts"),
+        }
+        label = f"lab {nodes} node{'s' if nodes > 1 else ''}"
+        b.row(f"{label}: up --provision from nothing: wall", _s(first_wall))
+        b.row(f"{label}: first provision duration_s (JSON)", _s(float(first.get("duration_s", 0))))
+        b.row(f"{label}: rerun lab provision: wall", _s(rerun_wall))
+        b.row(f"{label}: rerun wall / first wall", f"{ratio:.0%}", "<= 15%", ratio <= 0.15)
+        b.row(
+            f"{label}: rerun duration_s / first duration_s",
+            f"{float(rerun.get('duration_s', 0)) / max(float(first.get('duration_s', 0)), 1e-9):.0%}",
+        )
+        b.row(f"{label}: rerun changed (total)", str(changed), "0", changed == 0)
+        if then:
+            then(name)
+    finally:
+        lab_down(b, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. CLI overhead against ansible-runner called directly
+
+DIRECT = """
+import json, sys, tempfile
+import ansible_runner
+cfg = json.loads(sys.argv[1])
+with tempfile.TemporaryDirectory(prefix="nodeforge-bench-runner-") as tmp:
+    r = ansible_runner.run(private_data_dir=tmp, playbook=cfg["playbook"], project_dir=cfg["project_dir"],
+                           inventory=cfg["inventory"], quiet=True, envvars=cfg["envvars"])
+    print(json.dumps({"status": r.status, "rc": r.rc, "stats": r.stats}))
+"""
+
+
+def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
+    from nodeforge import content, lab
+
+    inventory = str(lab.inventory_path(lab_name))
+    playbook = content.playbook("site.yml").resolve()
+    cfg = {
+        "playbook": str(playbook),
+        "project_dir": str(playbook.parent),  # the CLI runs from the playbook's directory too (ansible.cfg lookup)
+        "inventory": inventory,
+        "envvars": {"ANSIBLE_ROLES_PATH": str(content.roles_dir()), "CONTAINERS_CONF": b.env["CONTAINERS_CONF"]},
+    }
+    cli = [*NODEFORGE, "provision", "-i", inventory, "--json"]
+    direct = [PYTHON, "-c", DIRECT, json.dumps(cfg)]
+
+    def run_cli() -> float:
+        wall, out = b.call(cli, what="nodeforge provision --json (overhead)")
+        _provision_ok(_json(out, "nodeforge provision --json"), "nodeforge provision (overhead)", 1)
+        return wall
+
+    def run_direct() -> float:
+        wall, out = b.call(direct, what="ansible_runner.run (overhead)")
+        result = _json(out, "ansible_runner.run")
+        if result.get("status") != "successful" or result.get("rc") != 0:
+            raise BenchFailure(f"ansible_runner.run: status {result.get('status')!r}, rc {result.get('rc')}")
+        return wall
+
+    times: dict[str, list[float]] = {"cli": [], "direct": []}
+    for i in range(reps):  # alternate which goes first, against drift
+        order = [("cli", run_cli), ("direct", run_direct)]
+        for kind, func in order if i % 2 == 0 else reversed(order):
+            times[kind].append(func())
+    cli_median, direct_median = statistics.median(times["cli"]), statistics.median(times["direct"])
+    overhead = cli_median / direct_median - 1
+    b.samples["overhead"] = times
+    b.section = "overhead"
+    b.row(f"provision 1 node via nodeforge CLI: wall, median of {reps}", _median(times["cli"]))
+    b.row(f"same via ansible_runner.run directly: wall, median of {reps}", _median(times["direct"]))
+    b.row(
+        "CLI overhead over ansible-runner (medians)",
+        f"{overhead:+.1%} ({cli_median - direct_median:+.2f} s)",
+        "<= 3%",
+        overhead <= 0.03,
+    )
+
+
+def bench_overhead_own_lab(b: Bench, reps: int) -> None:
+    """--only overhead: a 1-node lab of its own, provisioned once (not measured) so every measured run is a rerun."""
+    name = "benchoh"
+    lab_down(b, name)
+    try:
+        what = f"lab up --nodes 1 --provision --json --name {name}"
+        _, out = b.call([*NODEFORGE, *what.split()], what=what)
+        _provision_ok(_json(out, what), what, 1)
+        bench_overhead(b, reps, name)
+    finally:
+        lab_down(b, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def print_table(rows: list[Row]) -> None:
+    head = Row("metric", "value", "target", "met")
+    widths = [max(len(getattr(r, f)) for r in [head, *rows]) for f in ("metric", "value", "target", "met")]
+
+    def line(r: Row) -> str:
+        cells = (r.metric, r.value, r.target, r.met)
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    print(line(head))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        print(line(r))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions; skip the 4-node lab")
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    args = parser.parse_args(argv)
+    sections = [s for s in SECTIONS if s in (args.only or SECTIONS)]
+    check_reps = 3 if args.quick else 5
+    overhead_reps = 3 if args.quick else 5  # K >= 3: each run is a full provision
+    lab_sizes = [1] if args.quick else [1, 4]
+
+    state = Path(tempfile.mkdtemp(prefix="nodeforge-bench-"))
+    env = dict(os.environ)
+    env.setdefault("CONTAINERS_CONF", str(ROOT / "containers" / "containers.conf"))
+    env["NODEFORGE_STATE_DIR"] = str(state / "state")  # the bench's labs and runner artifacts stay apart
+    env["PATH"] = os.pathsep.join([str(VENV_BIN), env.get("PATH", os.defpath)])
+    os.environ.update({k: env[k] for k in ("CONTAINERS_CONF", "NODEFORGE_STATE_DIR")})  # for lab.inventory_path
+    b = Bench(env)
+    load_start = os.getloadavg()
+    started = time.perf_counter()
+    mode = " (quick)" if args.quick else ""
+    print(
+        f"nodeforge bench: {', '.join(sections)}{mode}; {os.cpu_count()} CPUs, load {load_start[0]:.1f}",
+        file=sys.stderr,
+    )
+
+    steps: list[tuple[str, Callable[[], None]]] = []
+    if "check" in sections:
+        steps.append(("check", lambda: bench_check(b, check_reps, state)))
+    if "lab" in sections:
+        for n in lab_sizes:
+            then = (lambda name: bench_overhead(b, overhead_reps, name)) if n == 1 and "overhead" in sections else None
+            steps.append((f"lab {n}" + (" + overhead" if then else ""), lambda n=n, then=then: bench_lab(b, n, then)))
+    elif "overhead" in sections:
+        steps.append(("overhead", lambda: bench_overhead_own_lab(b, overhead_reps)))
+    for label, step in steps:
+        b.section = label.split()[0]
+        t0 = time.perf_counter()
+        print(f"-- {label} ...", file=sys.stderr, flush=True)
+        try:
+            step()
+        except BenchFailure as exc:
+            b.failures.append(str(exc))
+            print(f"FAILED: {exc}", file=sys.stderr, flush=True)
+        print(f"-- {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    total = time.perf_counter() - started
+
+    print_table(sorted(b.rows, key=lambda r: SECTIONS.index(r.section)))
+    load = f"load average {load_start[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    print(f"\ntotal wall time: {total:.0f} s ({load})")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(time.time() - total)),
+        "sections": sections,
+        "quick": args.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "loadavg_start": load_start,
+            "loadavg_end": os.getloadavg(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "total_wall_s": round(total, 2),
+        "rows": [asdict(r) for r in b.rows],
+        "samples": b.samples,
+        "failures": b.failures,
+    }
+    (RESULTS / "latest.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"results: {(RESULTS / 'latest.json').relative_to(ROOT)}")
+    if b.failures:
+        print(f"\n{len(b.failures)} run(s) failed outright; bench state kept in {state}:", file=sys.stderr)
+        for failure in b.failures:
+            print(f"- {failure}", file=sys.stderr)
+        return 1
+    shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
