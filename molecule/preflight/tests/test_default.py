@@ -1,0 +1,238 @@
+"""Verify the preflight role against the real container node.
+
+The facts preflight sets are compared with what the node says through independent probes (os-release, uname,
+lspci, df, /sys), and a second run with impossible expectations must fail with one message that names the host
+and every unmet expectation. The playbook runs use molecule's own inventory, ansible.cfg and roles path (the
+verifier inherits molecule's provisioner environment) and the ansible.posix.json callback, so results are parsed
+rather than grepped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+import testinfra
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+CONVERGE = SCENARIO_DIR / "converge.yml"
+REPO_URL = "http://127.0.0.1:8080/dists/bookworm/Release"
+# Port 9 (discard) has no listener in the container: connection refused.
+DEAD_URL = "http://127.0.0.1:9/dists/bookworm/Release"
+PREPARED_MARKER = "/run/nodeforge-preflight.prepared"
+ASSERT_TASK = "Assert that every preflight expectation is met"
+RESULT_TASK = "Collect the unmet expectations"
+CONTAINER_TASK = "Report what a container cannot tell about the node"
+
+
+def _inventory() -> str:
+    # The inventory directory, so that molecule's host_vars/group_vars files apply too.
+    return str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+
+
+@cache
+def run_preflight(extra_vars: str = "{}") -> tuple[int, dict]:
+    """Run the converge playbook (the role) with extra vars; return (rc, parsed JSON callback output)."""
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    proc = subprocess.run(
+        [shutil.which("ansible-playbook") or "ansible-playbook", "-i", _inventory(), str(CONVERGE), "-e", extra_vars],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=SCENARIO_DIR,
+        timeout=600,
+        check=False,
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible-playbook rc={proc.returncode} printed no JSON:\n{proc.stdout}\n{proc.stderr}")
+    return proc.returncode, out
+
+
+def task_results(out: dict, name: str) -> dict:
+    """Per-host results of the task whose name ends with `name` (the role prefixes it)."""
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith(name):
+                return task["hosts"]
+    return {}
+
+
+def failed_tasks(out: dict) -> list[str]:
+    return [
+        task["task"]["name"]
+        for play in out["plays"]
+        for task in play["tasks"]
+        for res in task["hosts"].values()
+        if res.get("failed")
+    ]
+
+
+@pytest.fixture
+def hostname(host) -> str:
+    return host.backend.get_hostname()
+
+
+@pytest.fixture
+def node(hostname):
+    """The same container through `podman exec`: molecule's ansible backend pays a whole ansible run per command."""
+    return testinfra.get_host(f"podman://{hostname}")
+
+
+@pytest.fixture
+def result(hostname) -> dict:
+    rc, out = run_preflight()
+    assert rc == 0, f"preflight failed on the lab node: {failed_tasks(out)}"
+    return task_results(out, RESULT_TASK)[hostname]["ansible_facts"]["preflight_result"]
+
+
+def test_fixture_repository_is_served_on_loopback(node):
+    assert node.service("preflight-repo").is_running
+    assert node.socket("tcp://127.0.0.1:8080").is_listening
+    fetched = node.check_output(
+        "python3 -c 'import sys, urllib.request as u; print(u.urlopen(sys.argv[1]).read().decode())' %s",
+        REPO_URL,
+    )
+    assert "Origin: nodeforge-preflight-fixture" in fetched
+
+
+def test_os_and_kernel_facts_match_the_node(node, result):
+    os_release = dict(
+        line.split("=", 1) for line in node.file("/etc/os-release").content_string.splitlines() if "=" in line
+    )
+    assert result["os_id"] == os_release["ID"] + os_release["VERSION_ID"].strip('"')
+    assert result["os_id"] == "debian12"
+    assert result["os_supported"] is True
+    kernel = node.check_output("uname -r")
+    assert result["kernel"] == kernel
+    assert result["kernel_headers_package"] == f"linux-headers-{kernel}"
+    policy = node.check_output(
+        "apt-cache -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= policy %s", f"linux-headers-{kernel}"
+    )
+    has_candidate = "Candidate:" in policy and "Candidate: (none)" not in policy
+    assert result["kernel_headers_installable"] is has_candidate
+
+
+def test_container_is_recorded_and_host_state_is_not_enforced(node, result, hostname):
+    assert node.file("/run/.containerenv").exists
+    assert result["in_container"] is True
+    assert result["pci_enforced"] is False
+    # Nothing is skipped silently: the run says what it did not enforce, and why.
+    _, out = run_preflight()
+    message = " ".join(task_results(out, CONTAINER_TASK)[hostname]["msg"])
+    assert f"{hostname} is a container" in message
+    assert "Recorded, not enforced: kernel headers" in message
+    assert "not enforced against the profile" in message
+
+
+def test_secure_boot_selinux_and_nouveau_match_the_node(node, result):
+    efivar = node.file("/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+    if node.exists("mokutil") or efivar.exists:
+        assert result["secure_boot"] in ("enabled", "disabled")
+    else:
+        assert result["secure_boot"] == "unknown"
+    selinux_enforce = node.file("/sys/fs/selinux/enforce")
+    expected_selinux = (
+        ("enforcing" if selinux_enforce.content_string.strip() == "1" else "permissive")
+        if selinux_enforce.exists
+        else "disabled"
+    )
+    assert result["selinux_mode"] == expected_selinux
+    modules = node.file("/proc/modules")
+    loaded = node.file("/sys/module/nouveau").exists or (
+        modules.exists and any(line.startswith("nouveau ") for line in modules.content_string.splitlines())
+    )
+    assert result["nouveau_loaded"] is loaded
+
+
+def test_pci_counts_match_lspci(node, result):
+    # lspci -n: "BUS CLASS: VENDOR:DEVICE", an independent reading of the same bus.
+    lines = [line.split() for line in node.check_output("lspci -n").splitlines() if line.strip()]
+    gpus = [f[2] for f in lines if f[2].startswith("10de:") and f[1].rstrip(":") in ("0300", "0302")]
+    mellanox = [f[2] for f in lines if f[2].startswith("15b3:") and f[1].startswith("02")]
+    assert result["nvidia_gpus"] == len(gpus)
+    assert sorted(result["nvidia_gpu_pci_ids"]) == sorted(gpus)
+    assert result["mellanox_hcas"] == len(mellanox)
+
+
+def test_free_disk_matches_df(node, result):
+    assert set(result["free_disk_gb"]) == {"/", "/var"}
+    for path, free_gb in result["free_disk_gb"].items():
+        avail_kb = int(node.check_output("df -P -k %s", path).splitlines()[-1].split()[3])
+        assert abs(free_gb - avail_kb / 1048576) < 1.0, path
+
+
+def test_repository_is_reachable_and_all_expectations_met(result):
+    assert result["repositories"] == {REPO_URL: True}
+    assert result["unmet"] == []
+    assert result["passed"] is True
+
+
+def test_impossible_expectations_fail_with_one_message_listing_each(hostname):
+    extra = {
+        "nodeforge_profile": "dgx-1",
+        "nodeforge_os": "rhel9",
+        "preflight_enforce_pci_in_containers": True,
+        "preflight_repository_urls": [REPO_URL, DEAD_URL],
+        "preflight_min_free_gb": {"/": 1000000, "/nonexistent": 1},
+    }
+    rc, out = run_preflight(json.dumps(extra))
+    assert rc == 2
+    # Every problem surfaces in the one final assert, not in the probes.
+    assert failed_tasks(out) == [f"preflight : {ASSERT_TASK}"]
+    res = task_results(out, ASSERT_TASK)[hostname]
+    msg = res["msg"]
+    assert isinstance(msg, list)
+    assert msg[0] == f"preflight failed on {hostname}: 6 unmet expectation(s)"
+    lines = msg[1:]
+    assert all(line.startswith(f"{hostname}: ") for line in lines)
+    expected = [
+        "nodeforge_os is rhel9 in the inventory, but the node runs debian12",
+        "expected exactly 8 NVIDIA GPUs (profile dgx-1), found 0 on the PCI bus",
+        "expected at least 4 HCAs (profile dgx-1: 15b3:1013), found 0 on the PCI bus",
+        "free space on / is ",
+        "path /nonexistent does not exist",
+        f"repository {DEAD_URL} is unreachable from the node",
+    ]
+    assert len(lines) == len(expected)
+    for line, fragment in zip(lines, expected, strict=True):
+        assert line.startswith(f"{hostname}: {fragment}")
+    assert "expected at least 1000000 GiB" in lines[3]
+    assert not any(REPO_URL in line for line in lines)
+
+
+def test_fail_on_error_false_only_reports(hostname):
+    extra = {
+        "nodeforge_profile": "dgx-1",
+        "preflight_enforce_pci_in_containers": True,
+        "preflight_fail_on_error": False,
+    }
+    rc, out = run_preflight(json.dumps(extra))
+    assert rc == 0
+    res = task_results(out, RESULT_TASK)[hostname]["ansible_facts"]["preflight_result"]
+    assert res["passed"] is False
+    assert res["unmet"] == [
+        "expected exactly 8 NVIDIA GPUs (profile dgx-1), found 0 on the PCI bus",
+        "expected at least 4 HCAs (profile dgx-1: 15b3:1013), found 0 on the PCI bus",
+    ]
+    warning = task_results(out, "Warn about unmet expectations (preflight_fail_on_error is false)")[hostname]["msg"]
+    assert warning[0] == f"preflight on {hostname}: 2 unmet expectation(s), not failing"
+
+
+# Last in the file: it also covers the playbook runs above.
+def test_preflight_wrote_nothing_to_the_node(node):
+    assert node.file(PREPARED_MARKER).exists
+    assert not node.file("/var/lib/nodeforge").exists
+    # Everything on the root filesystem newer than the end of prepare, except Ansible's own remote temp dir.
+    # /run, /tmp, /proc, /sys and the journal are other filesystems (-xdev); the /tmp mount point itself is listed.
+    newer = node.check_output(
+        "find / -xdev -newer %s -not -path /tmp -not -path '/root/.ansible' -not -path '/root/.ansible/*' -print",
+        PREPARED_MARKER,
+    )
+    assert newer == ""

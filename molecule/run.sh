@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs one molecule scenario with the shared config, from the repository root.
+#   molecule/run.sh SCENARIO [COMMAND [ARGS...]]     COMMAND defaults to `test`
+#   e.g. molecule/run.sh preflight; molecule/run.sh preflight converge; molecule/run.sh preflight login
+# MOLECULE_DISTRO picks another (already present) image; the default one is built or validated first.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+default_image=localhost/nodeforge-debian12:latest
+base_config=$repo/molecule/shared/base.yml
+
+usage() { echo "usage: $0 SCENARIO [COMMAND [ARGS...]]" >&2; exit 2; }
+[[ $# -ge 1 && $1 != -* ]] || usage
+scenario=$1; shift
+command=${1:-test}; [[ $# -gt 0 ]] && shift
+
+if [[ ! -f $repo/molecule/$scenario/molecule.yml ]]; then
+  echo "error: no scenario $scenario (molecule/$scenario/molecule.yml is missing)" >&2
+  exit 2
+fi
+# molecule silently ignores a --base-config path that does not exist; refuse instead.
+[[ -f $base_config ]] || { echo "error: $base_config is missing" >&2; exit 2; }
+
+# podman needs runc and lower ulimits on these hosts (see containers/containers.conf); /etc is never edited.
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
+if [[ -x $repo/.venv/bin/molecule ]]; then
+  # molecule runs ansible-playbook, ansible-config and pytest by name.
+  export PATH=$repo/.venv/bin:$PATH
+fi
+command -v molecule >/dev/null || { echo "error: molecule is not installed (see pyproject.toml [dev])" >&2; exit 1; }
+
+image=${MOLECULE_DISTRO:-$default_image}
+if [[ $image == "$default_image" ]]; then
+  NODEFORGE_BASE_IMAGE=$default_image bash "$repo/molecule/base-image/build.sh"
+fi
+if ! podman image exists "$image"; then
+  echo "error: image $image is not present (it is never pulled: build it locally)" >&2
+  exit 1
+fi
+
+cd "$repo"
+exec molecule --base-config "$base_config" "$command" --scenario-name "$scenario" "$@"
