@@ -179,3 +179,19 @@ def test_argument_spec_defaults_match_role_defaults(role):
     for name, var in options.items():
         if not var.required:
             assert name in defaults, f"{role}: {name} has no default in defaults/main.yml"
+
+
+def test_ofed_mode_the_os_cannot_use_follows_manifest_overrides(tmp_path):
+    # The 2026 manifest lets every supported OS use every OFED mode; a site whose mirror lacks MLNX_OFED for
+    # Debian says so through nodeforge_manifest_overrides, which check applies exactly as the roles do.
+    inv = write_inventory(
+        tmp_path,
+        {
+            "nodeforge_os": "debian12",
+            "ofed_mode": "mlnx_ofed",
+            "nodeforge_manifest_overrides": {"os_support": {"ofed_mode": {"mlnx_ofed": ["rhel8", "rhel9"]}}},
+        },
+    )
+    [problem] = messages(inv)
+    assert "ofed_mode: found 'mlnx_ofed' on nodeforge_os debian12" in problem
+    assert "doca, inbox" in problem

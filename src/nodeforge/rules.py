@@ -34,11 +34,24 @@ class Value:
     explicit: bool  # set in the inventory
 
 
+def deep_merge(base: dict, override: dict) -> dict:
+    """What Ansible's combine(recursive=true) does: dicts merge key by key, anything else is replaced."""
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
 class HostContext:
     def __init__(self, host: str, defs: dict[str, Definition], profiles: dict[str, dict], manifest: dict):
         self.host = host
         self.defs = defs
-        self.manifest = manifest
+        # The roles see the manifest with the host's overrides merged in (roles/nodeforge/tasks/main.yml).
+        overrides = defs["nodeforge_manifest_overrides"].value if "nodeforge_manifest_overrides" in defs else None
+        self.manifest = deep_merge(manifest, overrides) if isinstance(overrides, dict) else manifest
         self.profile_name = str(defs["nodeforge_profile"].value) if "nodeforge_profile" in defs else ""
         self.profile = profiles.get(self.profile_name)
 
