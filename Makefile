@@ -33,7 +33,7 @@ molecule:
 	$(VENV)/pytest -q -m molecule
 
 test: setup lint
-	$(VENV)/pytest -q -rA --durations=15
+	$(VENV)/pytest -q -ra --durations=15
 
 bench: setup
 	$(VENV)/python bench/run.py
