@@ -39,6 +39,18 @@ def test_lab_up_provision_down(lab_name):
     assert summary["status"] == "successful"
     assert summary["failures"] == []
 
+    for host in nodes:
+        # The lab runs the driver roles: Debian's open 535 driver installed and held, nouveau blacklisted,
+        # nvidia-peermem persisted for the next boot (never loaded in a container).
+        held = lab._podman("exec", host, "apt-mark", "showheld").stdout.split()
+        assert "nvidia-open-kernel-dkms" in held and "nvidia-smi" in held, held
+        version = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-open-kernel-dkms").stdout
+        assert version.startswith("535."), version
+        blacklist = lab._podman("exec", host, "cat", "/etc/modprobe.d/nodeforge-nouveau-blacklist.conf").stdout
+        assert "blacklist nouveau" in blacklist and "options nouveau modeset=0" in blacklist
+        loads = lab._podman("exec", host, "sh", "-c", "cat /etc/modules-load.d/*peermem*.conf").stdout
+        assert "peermem" in loads
+
     status = runner.invoke(main, ["lab", "status", "--name", lab_name])
     assert status.exit_code == 0
     for host in nodes:

@@ -78,10 +78,19 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
     raise LabError(f"lab node {container} did not finish booting within {timeout:.0f}s (systemd: {state or '?'})")
 
 
-def write_inventory(name: str, hosts: list[str]) -> Path:
-    path = inventory_path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    inventory = {
+# What the lab's container nodes can do: Debian 12's own driver (branch 535, the only one bookworm ships); no
+# kernel to build modules for (a container runs the host's kernel, whose headers are not packaged), so DKMS builds
+# nothing and nvidia-peermem is persisted for the next boot but not required to be installed.
+LAB_VARS = {
+    "nvidia_driver_source": "distro",
+    "nvidia_driver_branch": "535",
+    "gpudirect_rdma_require_module": False,
+}
+
+
+def inventory(hosts: list[str]) -> dict:
+    """The lab's inventory: its container nodes over the podman connection, profile lab, LAB_VARS."""
+    return {
         "all": {
             "children": {
                 "gpu_nodes": {
@@ -90,13 +99,19 @@ def write_inventory(name: str, hosts: list[str]) -> Path:
                         "ansible_connection": "containers.podman.podman",
                         "ansible_python_interpreter": "/usr/bin/python3",
                         "nodeforge_profile": "lab",
+                        **LAB_VARS,
                     },
                 }
             }
         }
     }
+
+
+def write_inventory(name: str, hosts: list[str]) -> Path:
+    path = inventory_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Written by `nodeforge lab up`: the lab's container nodes (podman connection, profile lab).\n"
-    path.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+    path.write_text(header + yaml.safe_dump(inventory(hosts), sort_keys=False))
     return path
 
 

@@ -60,8 +60,11 @@ class HostContext:
         return (self.profile or {}).get("gpu", {}).get("architecture", "")
 
     def get(self, name: str) -> Value | None:
+        """The effective value, or None when unset or templated (a template's value is only known on the node)."""
         d = self.defs.get(name)
         if d is not None:
+            if isinstance(d.value, str) and ("{{" in d.value or "{%" in d.value):
+                return None
             return Value(d.value, str(d.source), True)
         if self.profile and name in self.profile.get("defaults", {}):
             return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
@@ -172,6 +175,77 @@ def choices_supported_by_os(ctx: HostContext) -> Iterator[Violation]:
                 f"{choice.value!r} on nodeforge_os {os_name} (from {os_value.origin})",
                 f"a choice {os_name} can use: {', '.join(usable) or 'none'}",
             )
+
+
+@rule
+def distro_ships_the_branch(ctx: HostContext) -> Iterator[Violation]:
+    source = ctx.get("nvidia_driver_source")
+    os_value = ctx.get("nodeforge_os")
+    found = ctx.branch()
+    if not (source and source.value == "distro" and os_value and os_value.value and found):
+        return
+    shipped = [str(b) for b in ctx.manifest["nvidia_driver"].get("distro_branches", {}).get(str(os_value.value), [])]
+    if shipped and str(found[0]) not in shipped:
+        yield Violation(
+            found[1].origin,
+            "nvidia_driver_branch",
+            f"{found[0]} with nvidia_driver_source distro on nodeforge_os {os_value.value} (from {os_value.origin})",
+            f"a branch {os_value.value} ships ({', '.join(shipped)}; version manifest nvidia_driver.distro_branches), "
+            "or nvidia_driver_source cuda_repo",
+        )
+
+
+def _missing(table: dict, *keys: str) -> list[str]:
+    return [key for key in keys if table.get(key) in (None, "")]
+
+
+@rule
+def source_tarballs_are_verified(ctx: HostContext) -> Iterator[Violation]:
+    """nv_peer_mem and GDRCopy are built from tarballs: an unverifiable one is refused here, before any node."""
+    wanted = []
+    module = ctx.get("gpudirect_rdma_module")
+    if module and module.value == "nv_peer_mem":
+        wanted.append(("nv_peer_mem", "gpudirect_rdma_nv_peer_mem", "gpudirect_rdma_module: nv_peer_mem", module))
+    gdrcopy = ctx.get("gpudirect_rdma_gdrcopy")
+    if gdrcopy and gdrcopy.value is True:
+        wanted.append(("gdrcopy", "gpudirect_rdma_gdrcopy", "gpudirect_rdma_gdrcopy: true", gdrcopy))
+    for key, prefix, why, deciding in wanted:
+        manifest = ctx.manifest.get("gpudirect_rdma", {}).get(key) or {}
+        for field in ("url", "checksum"):
+            own = ctx.get(f"{prefix}_{field}")
+            if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
+                yield Violation(
+                    own.origin if own else deciding.origin,
+                    f"{prefix}_{field}",
+                    f"no {field} for the {key} source tarball ({why}, from {deciding.origin})",
+                    f"{prefix}_{field}, or gpudirect_rdma.{key}.{field} in nodeforge_manifest_overrides"
+                    + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
+                )
+
+
+@rule
+def grid_driver_is_named(ctx: HostContext) -> Iterator[Violation]:
+    """vGPU guests install the GRID guest driver from a local mirror the manifest must name."""
+    source = ctx.get("nvidia_driver_source")
+    vgpu = bool((ctx.profile or {}).get("gpu", {}).get("vgpu"))
+    if not ((source and source.value == "grid") or (source is None and vgpu)):
+        return
+    origin = source.origin if source else f"profile {ctx.profile_name} (vGPU guest: source grid)"
+    grid = ctx.manifest["nvidia_driver"].get("grid") or {}
+    os_value = ctx.get("nodeforge_os")
+    os_name = str(os_value.value) if os_value and os_value.value else ""
+    formats = ["rpm"] if os_name.startswith(("rhel", "rocky")) else ["deb"] if os_name else ["deb", "rpm"]
+    missing = _missing(grid, "version", "package")
+    if all((grid.get(fmt) or {}).get("url") in (None, "") for fmt in formats):
+        missing.append(f"{'|'.join(formats)}.url")
+    if missing:
+        yield Violation(
+            origin,
+            "nodeforge_manifest_overrides",
+            "no GRID guest driver: version manifest nvidia_driver.grid lacks " + ", ".join(missing),
+            "nvidia_driver.grid.{version, package, deb|rpm: {url, checksum}} naming your local copy of the "
+            "Licensing Portal package (nodeforge_manifest_overrides)",
+        )
 
 
 def evaluate(ctx: HostContext) -> Iterator[Violation]:

@@ -62,6 +62,8 @@ def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str
     header = "---\n# Every tunable is listed, commented out with its default; uncomment what you change.\n\n"
     set_values = {"nodeforge_profile": profile, **({"nodeforge_os": node_os} if node_os else {})}
     all_lines = _commented_vars(role_specs[GLOBAL_ROLE], set_values)
+    if data.get("gpu", {}).get("vgpu"):
+        all_lines += GRID_NOTE
     files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
     worker_lines: list[str] = []
     for name, role in role_specs.items():
@@ -72,6 +74,20 @@ def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str
     )
     return files
 
+
+# vGPU guest profiles: the driver cannot come from a public URL, and check refuses the nodes until it is named.
+GRID_NOTE = [
+    "## vGPU guests: NVIDIA ships the GRID guest driver only through its Licensing Portal. Put the package on a",
+    "## local HTTP mirror and name it here (`nodeforge check` refuses these nodes until you do):",
+    "# nodeforge_manifest_overrides:",
+    "#   nvidia_driver:",
+    "#     grid:",
+    '#       version: "580.95.05"',
+    "#       package: nvidia-linux-grid-580",
+    '#       deb: {url: "http://mirror.example/nvidia-linux-grid-580_580.95.05_amd64.deb", checksum: "sha256:..."}',
+    '#       rpm: {url: "http://mirror.example/nvidia-linux-grid-580-580.95.05-1.x86_64.rpm", checksum: "sha256:..."}',
+    "",
+]
 
 # The sample inventories under inventories/ (the lab's is hand-written): name -> (profile, host prefix, OS).
 SAMPLES = {

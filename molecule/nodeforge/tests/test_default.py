@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 MARKER = "/var/lib/nodeforge/reboot-required"
@@ -17,25 +16,15 @@ MARKER = "/var/lib/nodeforge/reboot-required"
 
 @pytest.fixture(scope="module")
 def host():
-    return testinfra.get_host(
-        "podman://nodeforge-nodeforge", ansible_inventory=os.environ.get("MOLECULE_INVENTORY_FILE")
-    )
+    return verify_lib.podman_node()
 
 
 def converge() -> dict:
     """Run the converge playbook again; return the facts its last task shows."""
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
-    proc = subprocess.run(
-        [shutil.which("ansible-playbook") or "ansible-playbook", "-i", inventory, str(SCENARIO_DIR / "converge.yml")],
-        capture_output=True, text=True, env=env, cwd=SCENARIO_DIR, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
-    # included role tasks are named "role : task"
-    tasks = {t["task"]["name"].split(" : ")[-1]: t["hosts"] for play in out["plays"] for t in play["tasks"]}
-    [shown] = tasks["Show the facts the verifier reads"].values()
-    [container_note] = tasks["Report that a container is never rebooted"].values()
+    run = verify_lib.run_playbook(SCENARIO_DIR / "converge.yml", timeout=300)
+    assert run.rc == 0, run.failed
+    shown = run.host_result("Show the facts the verifier reads")
+    container_note = run.host_result("Report that a container is never rebooted")
     return {"facts": shown["msg"], "container_note": container_note.get("msg", "")}
 
 

@@ -10,14 +10,14 @@ rather than grepped.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
-import testinfra
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
 CONVERGE = SCENARIO_DIR / "converge.yml"
@@ -30,66 +30,27 @@ RESULT_TASK = "Collect the unmet expectations"
 CONTAINER_TASK = "Report what a container cannot tell about the node"
 
 
-def _inventory() -> str:
-    # The inventory directory, so that molecule's host_vars/group_vars files apply too.
-    return str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
-
-
 @cache
-def run_preflight(extra_vars: str = "{}") -> tuple[int, dict]:
-    """Run the converge playbook (the role) with extra vars; return (rc, parsed JSON callback output)."""
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    proc = subprocess.run(
-        [shutil.which("ansible-playbook") or "ansible-playbook", "-i", _inventory(), str(CONVERGE), "-e", extra_vars],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=SCENARIO_DIR,
-        timeout=600,
-        check=False,
-    )
-    try:
-        out = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"ansible-playbook rc={proc.returncode} printed no JSON:\n{proc.stdout}\n{proc.stderr}")
-    return proc.returncode, out
-
-
-def task_results(out: dict, name: str) -> dict:
-    """Per-host results of the task whose name ends with `name` (the role prefixes it)."""
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            if task["task"]["name"].endswith(name):
-                return task["hosts"]
-    return {}
-
-
-def failed_tasks(out: dict) -> list[str]:
-    return [
-        task["task"]["name"]
-        for play in out["plays"]
-        for task in play["tasks"]
-        for res in task["hosts"].values()
-        if res.get("failed")
-    ]
+def run_preflight(extra_vars: str = "{}") -> verify_lib.PlaybookRun:
+    """The converge playbook (the role) with extra vars as JSON (a string, so that runs are cached)."""
+    return verify_lib.run_playbook(CONVERGE, json.loads(extra_vars))
 
 
 @pytest.fixture
-def hostname(host) -> str:
-    return host.backend.get_hostname()
+def hostname() -> str:
+    return verify_lib.node_name()
 
 
 @pytest.fixture
-def node(hostname):
-    """The same container through `podman exec`: molecule's ansible backend pays a whole ansible run per command."""
-    return testinfra.get_host(f"podman://{hostname}")
+def node():
+    return verify_lib.podman_node()
 
 
 @pytest.fixture
 def result(hostname) -> dict:
-    rc, out = run_preflight()
-    assert rc == 0, f"preflight failed on the lab node: {failed_tasks(out)}"
-    return task_results(out, RESULT_TASK)[hostname]["ansible_facts"]["preflight_result"]
+    run = run_preflight()
+    assert run.rc == 0, f"preflight failed on the lab node: {run.failed}"
+    return run.host_result(RESULT_TASK)["ansible_facts"]["preflight_result"]
 
 
 def test_fixture_repository_is_served_on_loopback(node):
@@ -124,8 +85,7 @@ def test_container_is_recorded_and_host_state_is_not_enforced(node, result, host
     assert result["in_container"] is True
     assert result["pci_enforced"] is False
     # Nothing is skipped silently: the run says what it did not enforce, and why.
-    _, out = run_preflight()
-    message = " ".join(task_results(out, CONTAINER_TASK)[hostname]["msg"])
+    message = " ".join(run_preflight().host_result(CONTAINER_TASK)["msg"])
     assert f"{hostname} is a container" in message
     assert "Recorded, not enforced: kernel headers" in message
     assert "not enforced against the profile" in message
@@ -182,12 +142,11 @@ def test_impossible_expectations_fail_with_one_message_listing_each(hostname):
         "preflight_repository_urls": [REPO_URL, DEAD_URL],
         "preflight_min_free_gb": {"/": 1000000, "/nonexistent": 1},
     }
-    rc, out = run_preflight(json.dumps(extra))
-    assert rc == 2
+    run = run_preflight(json.dumps(extra))
+    assert run.rc == 2
     # Every problem surfaces in the one final assert, not in the probes.
-    assert failed_tasks(out) == [f"preflight : {ASSERT_TASK}"]
-    res = task_results(out, ASSERT_TASK)[hostname]
-    msg = res["msg"]
+    assert run.failed == [f"preflight : {ASSERT_TASK}"]
+    msg = run.host_result(ASSERT_TASK)["msg"]
     assert isinstance(msg, list)
     assert msg[0] == f"preflight failed on {hostname}: 6 unmet expectation(s)"
     lines = msg[1:]
@@ -213,15 +172,15 @@ def test_fail_on_error_false_only_reports(hostname):
         "preflight_enforce_pci_in_containers": True,
         "preflight_fail_on_error": False,
     }
-    rc, out = run_preflight(json.dumps(extra))
-    assert rc == 0
-    res = task_results(out, RESULT_TASK)[hostname]["ansible_facts"]["preflight_result"]
+    run = run_preflight(json.dumps(extra))
+    assert run.rc == 0
+    res = run.host_result(RESULT_TASK)["ansible_facts"]["preflight_result"]
     assert res["passed"] is False
     assert res["unmet"] == [
         "expected exactly 8 NVIDIA GPUs (profile dgx-1), found 0 on the PCI bus",
         "expected at least 4 HCAs (profile dgx-1: 15b3:1013), found 0 on the PCI bus",
     ]
-    warning = task_results(out, "Warn about unmet expectations (preflight_fail_on_error is false)")[hostname]["msg"]
+    warning = run.host_result("Warn about unmet expectations (preflight_fail_on_error is false)")["msg"]
     assert warning[0] == f"preflight on {hostname}: 2 unmet expectation(s), not failing"
 
 

@@ -1,0 +1,128 @@
+"""Verify nvidia_driver's vGPU guest path (source grid) against a stand-in GRID guest driver package.
+
+The role downloaded nvidia-linux-grid-580 580.95.05 from the manifest's URL (the node's loopback) with the
+manifest's sha256, installed and held it, wrote gridd.conf (FeatureType 4) and the client configuration token,
+and kept the token out of the Ansible log of check, converge and idempotence (all with --diff). The last test
+runs the converge playbook again in check mode without the package's URL. Commands run through `podman exec`
+(testinfra's podman backend); the playbook run uses molecule's inventory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+CONVERGE = SCENARIO_DIR / "converge.yml"
+EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
+DEB_NAME = "nvidia-linux-grid-580_580.95.05_amd64.deb"
+BUILT_DEB = EPHEMERAL / "fixture-grid" / "repo" / "pool" / "main" / "n" / "nvidia-linux-grid-580" / DEB_NAME
+ANSIBLE_LOG = EPHEMERAL / "ansible.log"  # molecule.yml: ansible.env.ANSIBLE_LOG_PATH
+
+PACKAGE = "nvidia-linux-grid-580"
+VERSION = "580.95.05"
+CACHED_DEB = f"/var/cache/nodeforge/nvidia_driver/{DEB_NAME}"
+GRIDD_CONF = "/etc/nvidia/gridd.conf"
+TOKEN_DIR = "/etc/nvidia/ClientConfigToken"
+TOKEN_FILE = f"{TOKEN_DIR}/client_configuration_token.tok"
+TOKEN = "NODEFORGE-FAKE-NLS-CLIENT-TOKEN-6b1f0c9e"  # molecule.yml's nvidia_driver_grid_client_token
+FACTS = "/root/nvidia_driver_facts.json"
+
+
+@pytest.fixture
+def node():
+    return verify_lib.podman_node()
+
+
+@pytest.fixture
+def facts(node) -> dict:
+    return json.loads(node.file(FACTS).content_string)
+
+
+def test_package_is_installed_at_the_manifest_version_and_held(node):
+    status = node.check_output("dpkg-query --show --showformat='${db:Status-Abbrev}${Version}' %s", PACKAGE)
+    # h: held, i: installed.
+    assert status == f"hi {VERSION}"
+    assert PACKAGE in node.check_output("apt-mark showhold").split()
+    # The role downloaded the manifest's file and checked it against the manifest's sha256.
+    assert node.file(CACHED_DEB).sha256sum == hashlib.sha256(BUILT_DEB.read_bytes()).hexdigest()
+
+
+def test_gridd_conf_requests_virtual_compute_server(node):
+    conf = node.file(GRIDD_CONF)
+    assert conf.mode == 0o644
+    settings = dict(
+        line.split("=", 1) for line in conf.content_string.splitlines() if line.strip() and not line.startswith("#")
+    )
+    assert settings == {"FeatureType": "4", "ClientConfigTokenPath": TOKEN_DIR}
+
+
+def test_client_configuration_token_is_installed(node):
+    token = node.file(TOKEN_FILE)
+    assert token.is_file
+    assert token.user == "root"
+    # NVIDIA's guide asks for 744.
+    assert token.mode == 0o744
+    assert token.content_string == TOKEN
+
+
+def task_statuses(log: str, name: str) -> list[str]:
+    """The status (ok, changed, skipping...) that each run in the log printed for the role's task of that name."""
+    return re.findall(rf"TASK \[nvidia_driver : {re.escape(name)}\][^\n]*\n[^|\n]*\| (\w+): \[", log)
+
+
+def test_token_never_reaches_the_ansible_log():
+    log = ANSIBLE_LOG.read_text()
+    # check (the token would be written), converge (written), idempotence (unchanged), all with --diff...
+    assert task_statuses(log, "Install the client configuration token") == ["changed", "changed", "ok"]
+    assert "+FeatureType=4" in log  # ...which shows the content of the files written...
+    # ...except the token's.
+    assert TOKEN not in log
+
+
+def test_gridd_is_left_alone_in_a_container():
+    log = " ".join(ANSIBLE_LOG.read_text().split())
+    # The token and gridd.conf notified the handler in check and converge, which leaves nvidia-gridd alone here.
+    assert log.count("nvidia-gridd was not restarted: a container never runs the driver.") == 2
+
+
+def test_gridd_is_enabled_and_running(node):
+    # The package enables and starts it (the role relies on that, as on NVIDIA's); the role never stops it.
+    gridd = node.service("nvidia-gridd")
+    assert gridd.is_enabled
+    assert gridd.is_running
+
+
+def test_facts_report_the_grid_driver(node, facts):
+    assert facts["managed"] is True
+    assert (facts["source"], facts["branch"], facts["flavor"]) == ("grid", "580", "open")
+    assert (facts["version"], facts["package_version"], facts["installed"]) == (VERSION, VERSION, True)
+    assert facts["packages"] == [PACKAGE]
+    assert facts["dkms_package"] == PACKAGE
+    # The container builds for no kernel; the module names come from the package's dkms.conf.
+    assert facts["dkms"] == {"name": "nvidia", "version": VERSION, "kernels": []}
+    conf = node.file(f"/usr/src/nvidia-{VERSION}/dkms.conf").content_string
+    built = re.findall(r'^BUILT_MODULE_NAME\[\d+\]="([^"]+)"', conf, re.M)
+    assert sorted(facts["modules"]) == sorted(name.replace("-", "_") for name in built)
+    assert facts["peermem_module"] == "nvidia-peermem"
+    assert (facts["loaded_version"], facts["active"], facts["in_container"]) == ("", False, True)
+
+
+def test_missing_package_url_fails_naming_the_manifest_keys(node):
+    overrides = {"nvidia_driver": {"grid": {"version": VERSION, "package": PACKAGE, "deb": {"checksum": None}}}}
+    run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides}, check=True)
+    assert run.rc != 0
+    (check,) = run.results("Check that the manifest names the GRID guest driver")
+    assert check["failed"] is True
+    assert "nvidia_driver.grid.version, .package or .deb.url" in check["msg"]
+    assert "nodeforge_manifest_overrides" in check["msg"]
+    assert node.file(TOKEN_FILE).content_string == TOKEN

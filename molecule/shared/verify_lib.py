@@ -1,0 +1,103 @@
+"""What every scenario's testinfra verifier shares: the node over `podman exec`, and playbook runs parsed as JSON.
+
+A verifier imports this module after putting molecule/shared on sys.path:
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+    import verify_lib
+
+Playbook runs use molecule's own inventory directory (its host_vars and group_vars apply), ansible.cfg and roles
+path (the verifier inherits molecule's provisioner environment), and the ansible.posix.json callback, so results
+are parsed rather than grepped. Task names in the JSON carry the role prefix ("role : task"); lookups here match
+the name without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import testinfra
+
+
+def node_name() -> str:
+    """The scenario's container (molecule/shared/base.yml names it nodeforge-<scenario>)."""
+    return f"nodeforge-{os.environ['MOLECULE_SCENARIO_NAME']}"
+
+
+def podman_node():
+    """The container through `podman exec`: molecule's ansible backend pays a whole ansible run per command."""
+    return testinfra.get_host(f"podman://{node_name()}")
+
+
+@dataclass
+class PlaybookRun:
+    rc: int
+    out: dict  # the ansible.posix.json callback's document
+    stderr: str
+
+    def tasks(self, name: str) -> list[dict]:
+        """Every task (handlers too) whose name, without the role prefix, is `name`."""
+        return [
+            task
+            for play in self.out["plays"]
+            for task in play["tasks"]
+            if task["task"]["name"].split(" : ")[-1] == name
+        ]
+
+    def results(self, name: str) -> list[dict]:
+        """Every host's result of the tasks named `name`."""
+        return [res for task in self.tasks(name) for res in task["hosts"].values()]
+
+    def host_result(self, name: str, host: str | None = None) -> dict:
+        """The one result of task `name` on `host` (default: the scenario's node); {} when it did not run there."""
+        host = host or node_name()
+        found = [task["hosts"][host] for task in self.tasks(name) if host in task["hosts"]]
+        return found[-1] if found else {}
+
+    def _names(self, key: str) -> list[str]:
+        return [
+            task["task"]["name"]
+            for play in self.out["plays"]
+            for task in play["tasks"]
+            for res in task["hosts"].values()
+            if res.get(key) and not res.get("skipped")
+        ]
+
+    @property
+    def failed(self) -> list[str]:
+        return self._names("failed")
+
+    @property
+    def changed(self) -> list[str]:
+        return self._names("changed")
+
+
+def run_playbook(
+    playbook: Path, extra_vars: dict | None = None, *, check: bool = False, timeout: int = 900
+) -> PlaybookRun:
+    """Run a scenario playbook (normally converge.yml) against molecule's inventory, with extra vars."""
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+    argv = [shutil.which("ansible-playbook") or "ansible-playbook", "-i", inventory, str(playbook)]
+    argv += ["-e", json.dumps(extra_vars or {})] + (["--check", "--diff"] if check else [])
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=playbook.parent, timeout=timeout, check=False
+    )
+    try:
+        out = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"ansible-playbook rc={proc.returncode} printed no JSON:\n{proc.stdout}\n{proc.stderr}")
+    return PlaybookRun(proc.returncode, out, proc.stderr)
+
+
+def installed_version(node, package: str) -> str:
+    return node.check_output("dpkg-query --show --showformat='${Version}' %s", package)
+
+
+def held(node) -> set[str]:
+    return set(node.check_output("apt-mark showhold").split())
