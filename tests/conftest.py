@@ -7,6 +7,25 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
+# Seconds each long test took in CI (fresh clone, 2 cores, one at a time): `make test` runs two workers and
+# hands out the longest first, so that neither worker is left with a long test at the end. Only the order
+# depends on these numbers; a test missing here runs after the listed ones.
+LONG_TESTS = {
+    "test_scenario[nvidia_driver_distro]": 730,
+    "test_scenario[gpudirect_rdma]": 490,
+    "test_scenario[nvidia_driver_cuda_repo]": 360,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 345,
+    "test_lab_up_provision_down": 235,
+    "test_scenario[preflight]": 175,
+    "test_scenario[nvidia_driver_grid]": 160,
+    "test_scenario[nodeforge]": 80,
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Unlisted molecule scenarios still go before the quick tests.
+    items.sort(key=lambda item: -LONG_TESTS.get(item.name, 60 if item.name.startswith("test_scenario[") else 0))
+
 
 @pytest.fixture(autouse=True)
 def state_dir(tmp_path_factory, monkeypatch):
