@@ -7,18 +7,22 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
-# Seconds each long test took in CI (fresh clone, 2 cores, one at a time): `make test` runs two workers and
-# hands out the longest first, so that neither worker is left with a long test at the end. Only the order
-# depends on these numbers; a test missing here runs after the listed ones.
+# Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers): `make test` hands out the longest
+# first, so that neither worker is left with a long test at the end. Only the order depends on these numbers; a
+# test missing here runs after the listed ones.
 LONG_TESTS = {
-    "test_scenario[nvidia_driver_distro]": 730,
-    "test_scenario[gpudirect_rdma]": 490,
-    "test_scenario[nvidia_driver_cuda_repo]": 360,
-    "test_scenario[gpudirect_rdma_nv_peer_mem]": 345,
-    "test_lab_up_provision_down": 235,
-    "test_scenario[preflight]": 175,
-    "test_scenario[nvidia_driver_grid]": 160,
-    "test_scenario[nodeforge]": 80,
+    "test_scenario[nvidia_driver_distro]": 1180,
+    "test_scenario[gpudirect_rdma]": 530,
+    "test_lab_up_provision_down": 490,
+    "test_scenario[nvidia_driver_cuda_repo]": 405,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 395,
+    "test_scenario[ofed_inbox]": 360,
+    "test_scenario[ofed_doca]": 345,
+    "test_scenario[selinux_modules]": 315,
+    "test_scenario[preflight]": 210,
+    "test_scenario[ofed_mlnx]": 208,
+    "test_scenario[nvidia_driver_grid]": 207,
+    "test_scenario[nodeforge]": 85,
 }
 
 

@@ -194,7 +194,10 @@ def test_ofed_mode_the_os_cannot_use_follows_manifest_overrides(tmp_path):
         {
             "nodeforge_os": "debian12",
             "ofed_mode": "mlnx_ofed",
-            "nodeforge_manifest_overrides": {"os_support": {"ofed_mode": {"mlnx_ofed": ["rhel8", "rhel9"]}}},
+            "nodeforge_manifest_overrides": {
+                "os_support": {"ofed_mode": {"mlnx_ofed": ["rhel8", "rhel9"]}},
+                "ofed": {"mlnx_ofed": {"checksum": "sha256:" + "2" * 64}},
+            },
         },
     )
     [problem] = messages(inv)
@@ -220,7 +223,7 @@ def test_nv_peer_mem_needs_a_verified_tarball(tmp_path):
     # The manifest names the upstream tarball but no checksum: nothing unverified is ever built.
     inv = write_inventory(tmp_path, {"gpudirect_rdma_module": "nv_peer_mem", "nvidia_driver_branch": "450"})
     [problem] = messages(inv)
-    assert "gpudirect_rdma_nv_peer_mem_checksum: found no checksum for the nv_peer_mem source tarball" in problem
+    assert "gpudirect_rdma_nv_peer_mem_checksum: found no checksum for the nv_peer_mem tarball" in problem
     inv = write_inventory(
         tmp_path,
         {
@@ -238,6 +241,47 @@ def test_gdrcopy_checksum_from_manifest_overrides(tmp_path):
     overrides = {"gpudirect_rdma": {"gdrcopy": {"checksum": "sha256:" + "1" * 64}}}
     inv = write_inventory(tmp_path, {"gpudirect_rdma_gdrcopy": True, "nodeforge_manifest_overrides": overrides})
     assert messages(inv) == []
+
+
+def test_mlnx_ofed_needs_a_verified_tarball(tmp_path):
+    # The 2026 manifest's MLNX_OFED URL pattern is unconfirmed and has no checksum: mlnxofedinstall never runs
+    # from an unverified tarball.
+    [problem] = messages(write_inventory(tmp_path, {"ofed_mode": "mlnx_ofed"}))
+    assert (
+        "gpu_nodes.yml: group gpu_nodes, for hosts node-01, node-02: ofed_mlnx_ofed_checksum: found no checksum"
+        in problem
+    )
+    assert "the mlnx_ofed tarball (ofed_mode: mlnx_ofed, from " in problem
+    assert "ofed.mlnx_ofed.checksum in nodeforge_manifest_overrides" in problem
+    verified = {"ofed_mode": "mlnx_ofed", "ofed_mlnx_ofed_checksum": "sha256:" + "3" * 64}
+    assert messages(write_inventory(tmp_path, verified)) == []
+
+
+def test_mlnx_ofed_as_the_manifest_default_mode_needs_a_checksum_too(tmp_path):
+    overrides = {"ofed": {"mode": "mlnx_ofed", "mlnx_ofed": {"url": ""}}}
+    found = messages(write_inventory(tmp_path, {"nodeforge_manifest_overrides": overrides}))
+    assert len(found) == 2, found
+    assert all("(nodeforge_manifest_overrides ofed.mode)" in p for p in found), found
+    assert {p.split(": found")[0].rsplit(": ", 1)[-1] for p in found} == {
+        "ofed_mlnx_ofed_url",
+        "ofed_mlnx_ofed_checksum",
+    }
+
+
+def test_doca_and_inbox_need_no_tarball(tmp_path):
+    for mode in ("doca", "inbox"):
+        assert messages(write_inventory(tmp_path, {"ofed_mode": mode})) == []
+
+
+def test_selinux_disabled_needs_the_opt_in(tmp_path):
+    inv = write_inventory(tmp_path, hosts={"node-01": {"selinux_modules_state": "disabled"}, "node-02": None})
+    [problem] = messages(inv)
+    assert "hosts.yml: host node-01: selinux_modules_state: found disabled (turns SELinux off" in problem
+    assert "selinux_modules_allow_disabled: true" in problem
+    opted_in = {"selinux_modules_state": "disabled", "selinux_modules_allow_disabled": True}
+    assert messages(write_inventory(tmp_path, hosts={"node-01": opted_in, "node-02": None})) == []
+    for state in ("enforcing", "permissive"):
+        assert messages(write_inventory(tmp_path, {"selinux_modules_state": state})) == []
 
 
 def test_vgpu_guest_needs_the_grid_driver_in_the_manifest(tmp_path):

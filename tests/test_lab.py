@@ -50,6 +50,14 @@ def test_lab_up_provision_down(lab_name):
         assert "blacklist nouveau" in blacklist and "options nouveau modeset=0" in blacklist
         loads = lab._podman("exec", host, "sh", "-c", "cat /etc/modules-load.d/*peermem*.conf").stdout
         assert "peermem" in loads
+        # ofed_mode inbox: Debian's RDMA stack and perftest, and the memlock limits RDMA users need.
+        for package in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"):
+            state = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}", package).stdout
+            assert state.startswith("ii"), (package, state)
+        limits = lab._podman("exec", host, "cat", "/etc/security/limits.d/90-nodeforge-rdma.conf").stdout
+        assert "* hard memlock unlimited" in limits, limits
+        # selinux_modules: the lab's Debian nodes have no SELinux policy store; the role says so and builds nothing.
+        assert lab._podman("exec", host, "test", "-e", "/var/cache/nodeforge/selinux_modules", check=False).returncode
 
     status = runner.invoke(main, ["lab", "status", "--name", lab_name])
     assert status.exit_code == 0

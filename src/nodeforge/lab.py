@@ -85,6 +85,7 @@ LAB_VARS = {
     "nvidia_driver_source": "distro",
     "nvidia_driver_branch": "535",
     "gpudirect_rdma_require_module": False,
+    "ofed_mode": "inbox",
 }
 
 

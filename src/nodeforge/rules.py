@@ -17,6 +17,8 @@ from nodeforge.inventory import Definition
 PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
 LAST_BRANCH_PRE_TURING = 580
 NVIDIA_PEERMEM_FIRST_BRANCH = 470
+# Variables whose role default "" means "the version manifest's": (section, key) there.
+MANIFEST_DEFAULTS = {"nvidia_driver_branch": ("nvidia_driver", "branch"), "ofed_mode": ("ofed", "mode")}
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,15 @@ class HostContext:
             return Value(d.value, str(d.source), True)
         if self.profile and name in self.profile.get("defaults", {}):
             return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
-        if name == "nvidia_driver_branch":
-            return Value(self.manifest["nvidia_driver"]["branch"], "version manifest (default)", False)
+        if name in MANIFEST_DEFAULTS:
+            section, key = MANIFEST_DEFAULTS[name]
+            value = self.manifest.get(section, {}).get(key)
+            if value not in (None, ""):
+                overrides = self.defs.get("nodeforge_manifest_overrides")
+                table = overrides.value.get(section) if overrides and isinstance(overrides.value, dict) else None
+                if isinstance(table, dict) and key in table:
+                    return Value(value, f"{overrides.source} (nodeforge_manifest_overrides {section}.{key})", False)
+                return Value(value, f"version manifest {section}.{key} (default)", False)
         spec = specs.all_vars().get(name)
         if spec is not None and spec.default not in (None, ""):
             return Value(spec.default, f"role {spec.role} (default)", False)
@@ -199,28 +208,63 @@ def _missing(table: dict, *keys: str) -> list[str]:
     return [key for key in keys if table.get(key) in (None, "")]
 
 
+def _unverified_tarball(ctx: HostContext, prefix: str, table: str, why: str, deciding: Value) -> Iterator[Violation]:
+    """A tarball needs a URL and a checksum: the host's own <prefix>_url/_checksum, else the manifest's <table>."""
+    manifest = ctx.manifest
+    for part in table.split("."):
+        manifest = (manifest or {}).get(part) or {}
+    for field in ("url", "checksum"):
+        own = ctx.get(f"{prefix}_{field}")
+        if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
+            yield Violation(
+                own.origin if own else deciding.origin,
+                f"{prefix}_{field}",
+                f"no {field} for the {table.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin})",
+                f"{prefix}_{field}, or {table}.{field} in nodeforge_manifest_overrides"
+                + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
+            )
+
+
 @rule
 def source_tarballs_are_verified(ctx: HostContext) -> Iterator[Violation]:
     """nv_peer_mem and GDRCopy are built from tarballs: an unverifiable one is refused here, before any node."""
-    wanted = []
     module = ctx.get("gpudirect_rdma_module")
     if module and module.value == "nv_peer_mem":
-        wanted.append(("nv_peer_mem", "gpudirect_rdma_nv_peer_mem", "gpudirect_rdma_module: nv_peer_mem", module))
+        yield from _unverified_tarball(
+            ctx,
+            "gpudirect_rdma_nv_peer_mem",
+            "gpudirect_rdma.nv_peer_mem",
+            "gpudirect_rdma_module: nv_peer_mem",
+            module,
+        )
     gdrcopy = ctx.get("gpudirect_rdma_gdrcopy")
     if gdrcopy and gdrcopy.value is True:
-        wanted.append(("gdrcopy", "gpudirect_rdma_gdrcopy", "gpudirect_rdma_gdrcopy: true", gdrcopy))
-    for key, prefix, why, deciding in wanted:
-        manifest = ctx.manifest.get("gpudirect_rdma", {}).get(key) or {}
-        for field in ("url", "checksum"):
-            own = ctx.get(f"{prefix}_{field}")
-            if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
-                yield Violation(
-                    own.origin if own else deciding.origin,
-                    f"{prefix}_{field}",
-                    f"no {field} for the {key} source tarball ({why}, from {deciding.origin})",
-                    f"{prefix}_{field}, or gpudirect_rdma.{key}.{field} in nodeforge_manifest_overrides"
-                    + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
-                )
+        yield from _unverified_tarball(
+            ctx, "gpudirect_rdma_gdrcopy", "gpudirect_rdma.gdrcopy", "gpudirect_rdma_gdrcopy: true", gdrcopy
+        )
+
+
+@rule
+def mlnx_ofed_tarball_is_verified(ctx: HostContext) -> Iterator[Violation]:
+    """The legacy MLNX_OFED tarball runs its installer as root: never without a checksum."""
+    mode = ctx.get("ofed_mode")
+    if mode and mode.value == "mlnx_ofed":
+        yield from _unverified_tarball(ctx, "ofed_mlnx_ofed", "ofed.mlnx_ofed", "ofed_mode: mlnx_ofed", mode)
+
+
+@rule
+def selinux_disabled_needs_opt_in(ctx: HostContext) -> Iterator[Violation]:
+    """Turning SELinux off is never a side effect: selinux_modules_state disabled needs the explicit opt-in."""
+    state = ctx.get("selinux_modules_state")
+    allowed = ctx.get("selinux_modules_allow_disabled")
+    if state and state.value == "disabled" and not (allowed and allowed.value is True):
+        yield Violation(
+            state.origin,
+            "selinux_modules_state",
+            "disabled (turns SELinux off at the next boot) without selinux_modules_allow_disabled: true",
+            "enforcing or permissive (or leave it unset); disabled only together with selinux_modules_allow_disabled:"
+            " true",
+        )
 
 
 @rule

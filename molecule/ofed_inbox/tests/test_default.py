@@ -1,0 +1,134 @@
+"""Verify ofed with the inbox stack: Debian's own RDMA packages, memlock limits, IPoIB through ifupdown.
+
+Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
+from verify_lib import installed_version
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+CONVERGE = SCENARIO_DIR / "converge.yml"
+PACKAGES = ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest")
+LIMITS = "/etc/security/limits.d/90-nodeforge-rdma.conf"
+DEMO = "nodeforge-rdma-demo"
+DROPIN = f"/etc/systemd/system/{DEMO}.service.d/10-nodeforge-memlock.conf"
+IFUPDOWN_DIR = "/etc/network/interfaces.d"
+
+
+@pytest.fixture
+def node():
+    return verify_lib.podman_node()
+
+
+@pytest.fixture
+def facts(node) -> dict:
+    return json.loads(node.file("/root/ofed_facts.json").content_string)
+
+
+def test_debian_rdma_packages_are_installed_from_debian(node):
+    for package in PACKAGES:
+        assert node.package(package).is_installed, package
+        policy = node.check_output("apt-cache policy %s", package)
+        installed = installed_version(node, package)
+        # The installed version comes from Debian's archive (its sources are listed under it), not from a vendor's.
+        sources = re.search(rf"^ \*\*\* {re.escape(installed)} \d+\n((?:        .*\n?)+)", policy, re.M)
+        assert sources and "http://deb.debian.org/debian" in sources.group(1), policy
+
+
+def test_ib_write_bw_runs(node):
+    assert node.check_output("dpkg-query --search /usr/bin/ib_write_bw").startswith("perftest:")
+    result = node.run("ib_write_bw --help")
+    output = result.stdout + result.stderr
+    # perftest prints its usage for --help; a broken binary or missing library would not get there.
+    assert "Usage:" in output and "ib_write_bw" in output, output
+    assert re.search(r"^\s*-s, --size=<size>", output, re.M), output
+    assert "Parser function exited with Error" not in output
+    assert "error while loading shared libraries" not in output
+
+
+def test_facts_name_the_inbox_stack(node, facts):
+    assert (facts["mode"], facts["stack"], facts["version"]) == ("inbox", "inbox", "")
+    assert facts["installed_version"] == installed_version(node, "rdma-core")
+    assert facts["ofed_info"] == "" and facts["in_container"] is True
+    assert not node.exists("ofed_info")
+
+
+def test_memlock_limits_for_rdma_users(node):
+    limits = node.file(LIMITS)
+    assert (limits.user, limits.group, limits.mode) == ("root", "root", 0o644)
+    entries = [line.split() for line in limits.content_string.splitlines() if line and not line.startswith("#")]
+    assert entries == [
+        ["*", "soft", "memlock", "unlimited"],
+        ["*", "hard", "memlock", "unlimited"],
+        ["root", "soft", "memlock", "unlimited"],
+        ["root", "hard", "memlock", "unlimited"],
+    ]
+
+
+def test_service_gets_unlimited_memlock_from_its_drop_in(node):
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in node.file(DROPIN).content_string
+    # systemd itself read the drop-in: the limit it applies to the service.
+    assert node.check_output("systemctl show --property=LimitMEMLOCK %s", DEMO) == "LimitMEMLOCK=infinity"
+    assert DROPIN in node.check_output("systemctl show --property=DropInPaths %s", DEMO)
+    # Only the listed service got one (the role's default list is replaced by the scenario's).
+    assert not node.file("/etc/systemd/system/containerd.service.d").exists
+
+
+def ifquery(node, interface: str) -> dict:
+    """The options ifupdown parsed for an interface (ifquery prints "option: value" lines)."""
+    lines = node.check_output("ifquery %s", interface).splitlines()
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
+
+
+def address_of(options: dict) -> str:
+    """address/prefix, whether ifupdown kept the CIDR form or split off a netmask."""
+    if "/" in options["address"]:
+        return options["address"]
+    netmask = options["netmask"]
+    prefix = netmask if netmask.isdigit() else sum(bin(int(octet)).count("1") for octet in netmask.split("."))
+    return f"{options['address']}/{prefix}"
+
+
+def test_ipoib_configuration_is_what_ifupdown_reads(node):
+    ib0 = node.file(f"{IFUPDOWN_DIR}/nodeforge-ipoib-ib0").content_string
+    assert "auto ib0\niface ib0 inet static\n" in ib0
+    # ifupdown parses the file through /etc/network/interfaces (source .../interfaces.d/*).
+    options = ifquery(node, "ib0")
+    assert address_of(options) == "10.10.11.19/24"
+    assert options["mtu"] == "65520"
+    assert options["pre-up"] == "echo connected > /sys/class/net/ib0/mode"
+    options = ifquery(node, "ib1")
+    assert address_of(options) == "10.10.12.19/24"
+    assert "mtu" not in options and "pre-up" not in options
+    assert {"ib0", "ib1"} <= set(node.check_output("ifquery --list --allow=auto").split())
+
+
+# Last: it changes the node's configuration.
+def test_dropped_interface_and_service_are_cleaned_up(node):
+    run = verify_lib.run_playbook(
+        CONVERGE,
+        {
+            "ofed_ipoib_interfaces": [{"name": "ib0", "address": "10.10.11.19", "netmask": "255.255.255.0"}],
+            "ofed_memlock_services": [],
+        },
+    )
+    assert run.rc == 0, run.failed
+    assert not node.file(f"{IFUPDOWN_DIR}/nodeforge-ipoib-ib1").exists
+    assert "ib1" not in node.check_output("ifquery --list --allow=auto").split()
+    assert "mtu" not in node.file(f"{IFUPDOWN_DIR}/nodeforge-ipoib-ib0").content_string
+    assert not node.file(DROPIN).exists
+    assert node.check_output("systemctl show --property=LimitMEMLOCK %s", DEMO) != "LimitMEMLOCK=infinity"
+    [note] = run.results("Report that the IPoIB configuration is not applied")
+    assert "is a container" in note["msg"] and "no interface is brought up" in note["msg"]
+    # The packages were there already: the stack itself did not change.
+    assert not [name for name in run.changed if "RDMA packages" in name], run.changed

@@ -1,0 +1,79 @@
+"""Verify ofed with MLNX_OFED from its tarball (the fixture tarball, real layout, stand-in scripts).
+
+The role downloaded the tarball from the node's loopback (URL from the manifest override with {version} and {distro}
+filled in), verified its checksum, extracted it and ran mlnxofedinstall once with the configured flags plus
+--add-kernel-support (the tarball's kernel packages are for 6.1.0-18-amd64, not for the container's kernel). The
+idempotence run did not run it again (ofed_info -s reports the pinned version).
+Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+CONVERGE = SCENARIO_DIR / "converge.yml"
+NAME = "MLNX_OFED_LINUX-24.10-3.2.5.0-debian12-x86_64"
+TARBALL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "fixtures" / f"{NAME}.tgz"
+SHA256 = hashlib.sha256(TARBALL.read_bytes()).hexdigest()
+WORK = f"/var/cache/nodeforge/ofed/MLNX_OFED-24.10-3.2.5.0-{SHA256[:16]}"
+INSTALL_LOG = "/var/log/nodeforge-fixture/mlnxofedinstall.log"
+FLAGS = "--all --without-fw-update --force --add-kernel-support"
+
+
+@pytest.fixture
+def node():
+    return verify_lib.podman_node()
+
+
+def test_tarball_was_verified_and_extracted(node):
+    tarball = node.file(f"{WORK}.tgz")
+    assert tarball.sha256sum == SHA256
+    assert node.file(f"{WORK}/mlnxofedinstall").mode == 0o755
+    assert node.file(f"{WORK}/.mlnx").content_string.strip() == "24.10-3.2.5.0"
+
+
+def test_installer_ran_once_with_the_flags(node):
+    assert node.file(INSTALL_LOG).content_string.splitlines() == [FLAGS]
+    assert node.check_output("uname -r") != "6.1.0-18-amd64"
+
+
+def test_ofed_info_reports_the_pinned_version(node):
+    assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
+    assert node.file("/usr/sbin/ofed_uninstall.sh").mode == 0o755
+    facts = json.loads(node.file("/root/ofed_facts.json").content_string)
+    assert (facts["mode"], facts["stack"], facts["version"]) == ("mlnx_ofed", "mlnx_ofed", "24.10-3.2.5.0")
+    assert facts["installed_version"] == "24.10-3.2.5.0"
+
+
+# Last: it uninstalls MLNX_OFED and installs it again.
+def test_a_bad_checksum_installs_nothing_and_says_why(node):
+    node.run_expect([0], "/usr/sbin/ofed_uninstall.sh --force")
+    bad = "sha256:" + "0" * 64
+    run = verify_lib.run_playbook(CONVERGE, {"ofed_mlnx_ofed_checksum": bad})
+    assert run.rc != 0
+    [failure] = run.results("Explain why the MLNX_OFED tarball is not installed")
+    message = failure["msg"]
+    assert f"http://127.0.0.1:8083/{NAME}.tgz failed checksum verification and was not installed" in message
+    assert f"The expected checksum {bad} comes from ofed_mlnx_ofed_checksum" in message
+    assert node.file(INSTALL_LOG).content_string.splitlines() == [FLAGS]
+    assert not node.exists("ofed_info")
+    assert not node.file(f"/var/cache/nodeforge/ofed/MLNX_OFED-24.10-3.2.5.0-{'0' * 16}.tgz").exists
+
+    # The manifest's checksum: installed again from the tarball already downloaded (not fetched again).
+    again = verify_lib.run_playbook(CONVERGE)
+    assert again.rc == 0, again.failed
+    assert not again.host_result("Download the MLNX_OFED tarball").get("changed")
+    assert node.file(INSTALL_LOG).content_string.splitlines() == [FLAGS, FLAGS]
+    assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
+    [rebuild] = again.results("Report that there is no NVIDIA DKMS module to rebuild")
+    assert "a rebuild of the NVIDIA DKMS modules was requested" in rebuild["msg"]
