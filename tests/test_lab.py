@@ -56,6 +56,21 @@ def test_lab_up_provision_down(lab_name):
             assert state.startswith("ii"), (package, state)
         limits = lab._podman("exec", host, "cat", "/etc/security/limits.d/90-nodeforge-rdma.conf").stdout
         assert "* hard memlock unlimited" in limits, limits
+        # nvidia_container_toolkit from the lab's stand-in repository: the manifest's version, held; containerd's
+        # drop-in imported (containerd itself is not installed on the lab's nodes, which the role reports).
+        held_toolkit = [p for p in held if "nvidia-container" in p]
+        assert sorted(held_toolkit) == [
+            "libnvidia-container-tools",
+            "libnvidia-container1",
+            "nvidia-container-toolkit",
+            "nvidia-container-toolkit-base",
+        ], held
+        toolkit = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-container-toolkit").stdout
+        assert toolkit.startswith("1.20.0-"), toolkit
+        dropin = lab._podman("exec", host, "cat", "/etc/containerd/conf.d/99-nvidia.toml").stdout
+        assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dropin
+        config = lab._podman("exec", host, "cat", "/etc/containerd/config.toml").stdout
+        assert '"/etc/containerd/conf.d/*.toml"' in config
         # selinux_modules: the lab's Debian nodes have no SELinux policy store; the role says so and builds nothing.
         assert lab._podman("exec", host, "test", "-e", "/var/cache/nodeforge/selinux_modules", check=False).returncode
 

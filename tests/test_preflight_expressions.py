@@ -8,27 +8,14 @@ real node prints. A regex escaped for the wrong layer (as in the fix of b5d4f96)
 from __future__ import annotations
 
 import base64
+from functools import partial
 
 import pytest
-import yaml
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
 
-from nodeforge import content
+from tests import role_expressions
 
-TASKS = content.roles_dir() / "preflight" / "tasks"
-
-
-def task(file: str, name: str) -> dict:
-    [found] = [t for t in yaml.safe_load((TASKS / file).read_text()) if t.get("name") == name]
-    return found
-
-
-def render(file: str, name: str, fact: str, **registered) -> object:
-    """Render one set_fact value of the named task with the task's own vars and the given registered results."""
-    t = task(file, name)
-    variables = {**registered, **t.get("vars", {})}
-    return Templar(loader=DataLoader(), variables=variables).template(t["ansible.builtin.set_fact"][fact])
+task = partial(role_expressions.task, "preflight")
+render = partial(role_expressions.render, "preflight")
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +103,36 @@ def installed_version(node, package: str) -> str:
 
 def held(node) -> set[str]:
     return set(node.check_output("apt-mark showhold").split())
+
+
+def containerd_dump(node) -> dict:
+    """The configuration containerd itself assembles from config.toml and its imports."""
+    return tomllib.loads(node.check_output("containerd config dump"))
+
+
+def docker_info(node) -> dict:
+    return json.loads(node.check_output("docker info --format '{{json .}}'"))
+
+
+def can_raise_limits(node) -> bool:
+    """Whether the container holds CAP_SYS_RESOURCE (bit 24), which raising a hard limit such as memlock needs."""
+    status = node.file("/proc/1/status").content_string
+    bounding = int(re.search(r"^CapBnd:\s*([0-9a-f]+)$", status, re.M).group(1), 16)
+    return bool(bounding >> 24 & 1)
+
+
+def assert_runs_with_unlimited_memlock(node, service: str, dropin: str) -> None:
+    """The service's LimitMEMLOCK=infinity drop-in is read by systemd, and the running daemon started after it."""
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in node.file(dropin).content_string
+    assert node.check_output("systemctl show --property=LimitMEMLOCK %s", service) == "LimitMEMLOCK=infinity"
+    assert dropin in node.check_output("systemctl show --property=DropInPaths %s", service)
+    assert node.service(service).is_running
+    # The running daemon is one systemd started after the drop-in was written (containers inherit its limit).
+    started = node.check_output("systemctl show --timestamp=unix --property=ExecMainStartTimestamp --value %s", service)
+    assert int(started.lstrip("@")) >= int(node.check_output("stat --format=%%Y %s", dropin))
+    # systemd gives it the limit where the container may raise a hard limit (CAP_SYS_RESOURCE); a host that lacks the
+    # capability itself (a sandboxed development machine) cannot pass it on even to a privileged container.
+    if can_raise_limits(node):
+        pid = node.check_output("systemctl show --property=MainPID --value %s", service)
+        limits = node.file(f"/proc/{pid}/limits").content_string
+        assert re.search(r"^Max locked memory\s+unlimited\s+unlimited\s", limits, re.M), limits

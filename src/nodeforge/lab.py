@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,11 +82,23 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
 # What the lab's container nodes can do: Debian 12's own driver (branch 535, the only one bookworm ships); no
 # kernel to build modules for (a container runs the host's kernel, whose headers are not packaged), so DKMS builds
 # nothing and nvidia-peermem is persisted for the next boot but not required to be installed.
+# NVIDIA's container toolkit repository cannot be reached from here: each node serves signed stand-in toolkit
+# packages (fixture_repo/specs/nvidia_container_toolkit.yml, "nodeforge fixture stand-in" in their descriptions) on
+# its own loopback, laid out like NVIDIA's repository, and the lab's manifest overrides point there.
+LAB_REPO_PORT = 8083
+LAB_REPO_ROOT = "/srv/nodeforge-lab-repo"
+LAB_REPO_PATH = "stable/deb/amd64"
 LAB_VARS = {
     "nvidia_driver_source": "distro",
     "nvidia_driver_branch": "535",
     "gpudirect_rdma_require_module": False,
     "ofed_mode": "inbox",
+    "nodeforge_manifest_overrides": {
+        "nvidia_container_toolkit": {
+            "deb_url": f"http://127.0.0.1:{LAB_REPO_PORT}/stable/deb/$(ARCH)",
+            "key_url": f"http://127.0.0.1:{LAB_REPO_PORT}/gpgkey",
+        }
+    },
 }
 
 
@@ -133,8 +146,47 @@ def up(name: str, count: int) -> Path:
             _podman("start", container)
     for container in wanted:
         _wait_booted(container)
+    repo = _toolkit_repo(name)
+    for container in wanted:
+        _serve_toolkit_repo(container, repo)
     # Nodes beyond --nodes are left running: `lab down` removes them; nothing is destroyed implicitly.
     return write_inventory(name, sorted(set(wanted) | set(existing)))
+
+
+def _toolkit_repo(name: str) -> Path:
+    """The stand-in toolkit repository, built once per lab (signed with the lab's own throwaway key)."""
+    out = lab_dir(name) / "toolkit-repo"
+    if not (out / "repo" / "InRelease").exists():
+        builder = content.root() / "fixture_repo"
+        argv = [sys.executable, str(builder / "fixture_repo.py"), "build", "--flat", "--out", str(out)]
+        argv += ["--spec", str(builder / "specs" / "nvidia_container_toolkit.yml")]
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            detail = proc.stderr.strip() or proc.stdout.strip()
+            raise LabError(f"building the lab's toolkit repository failed:\n{detail}")
+    return out / "repo"
+
+
+def _serve_toolkit_repo(container: str, repo: Path, timeout: float = 30.0) -> None:
+    """Copy the repository into the node and serve it on the node's loopback (a transient systemd unit)."""
+    unit = "nodeforge-lab-repo"
+    if _podman("exec", container, "systemctl", "is-active", "--quiet", unit, check=False).returncode == 0:
+        return
+    target = f"{LAB_REPO_ROOT}/{LAB_REPO_PATH}"
+    _podman("exec", container, "mkdir", "-p", target)
+    _podman("cp", f"{repo}/.", f"{container}:{target}/")
+    _podman("exec", container, "cp", f"{target}/fixture-archive-keyring.asc", f"{LAB_REPO_ROOT}/gpgkey")
+    _podman(
+        "exec", container, "systemd-run", f"--unit={unit}", "--description=nodeforge lab: stand-in toolkit repo",
+        "/usr/bin/python3", "-m", "http.server", str(LAB_REPO_PORT), "--bind", "127.0.0.1",
+        "--directory", LAB_REPO_ROOT,
+    )  # fmt: skip
+    probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{LAB_REPO_PORT}/gpgkey', timeout=2)"
+    deadline = time.monotonic() + timeout
+    while _podman("exec", container, "python3", "-c", probe, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise LabError(f"the lab's toolkit repository did not answer on {container} within {timeout:.0f}s")
+        time.sleep(0.5)
 
 
 def down(name: str) -> list[str]:

@@ -1,0 +1,254 @@
+"""Verify nvidia_container_toolkit for containerd, Docker, CRI-O and podman from the signed fixture repository.
+
+The node runs Debian's own containerd 1.6 and Docker 20.10 (prepare.yml): both daemons were restarted by the role and
+report the nvidia runtime themselves. CRI-O and podman are not installed: their files are checked against their
+formats (TOML; the OCI hooks 1.0.0 schema in oci-hooks-1.0.0.schema.json). The role installed the manifest's toolkit
+1.20.0 exactly, pinned and held although 1.21.0 is in the repository, and added nvidia to every runtime without
+making it the default (Kubernetes selects it through the RuntimeClass). No GPU here: CDI generation was skipped.
+Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import verify_lib
+from verify_lib import containerd_dump, docker_info, held, installed_version
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent
+CONVERGE = SCENARIO_DIR / "converge.yml"
+HOOK_SCHEMA = json.loads((Path(__file__).resolve().parent / "oci-hooks-1.0.0.schema.json").read_text())
+FIXTURE_REPO = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "fixture-repo"
+
+KEYRING = "/etc/apt/keyrings/nodeforge-nvidia-container-toolkit.asc"
+SOURCE_LIST = "/etc/apt/sources.list.d/nodeforge-nvidia-container-toolkit.list"
+PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-container-toolkit"
+REPO_URL = "http://127.0.0.1:8083/stable/deb/$(ARCH)"
+PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+PINNED = "1.20.0-1"  # the version manifest's 1.20.0
+NEWER = "1.21.0-1"
+
+CRI = "io.containerd.grpc.v1.cri"
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+CONTAINERD_DEBIAN = "/root/containerd-config.toml.debian"  # prepare.yml's copy of the package's file
+CONTAINERD_DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+CONTAINERD_IMPORT = "/etc/containerd/conf.d/*.toml"
+RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
+DAEMON_JSON = "/etc/docker/daemon.json"
+PREPARED_DAEMON_JSON = {"storage-driver": "vfs", "iptables": False, "bridge": "none"}  # prepare.yml's
+CRIO_DROPIN = "/etc/crio/crio.conf.d/99-nvidia.toml"
+HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+MEMLOCK_DROPIN = "/etc/systemd/system/{}.service.d/20-nodeforge-nvidia-memlock.conf"
+FACTS = "/root/nvidia_container_toolkit_facts.json"
+
+
+@pytest.fixture
+def node():
+    return verify_lib.podman_node()
+
+
+def is_subsequence(lines: list[str], of: list[str]) -> bool:
+    rest = iter(of)
+    return all(line in rest for line in lines)
+
+
+def test_keyring_is_the_repository_key(node):
+    keyring = node.file(KEYRING)
+    assert keyring.content_string == (FIXTURE_REPO / "repo" / "fixture-archive-keyring.asc").read_text()
+    fingerprint = json.loads((FIXTURE_REPO / "fixture-repo.json").read_text())["fingerprint"]
+    assert f"fpr:::::::::{fingerprint}:" in node.check_output("gpg --show-keys --with-colons %s", KEYRING)
+
+
+def test_source_list_names_the_flat_repository_signed_by_the_keyring(node):
+    lines = [line for line in node.file(SOURCE_LIST).content_string.splitlines() if line and not line.startswith("#")]
+    assert lines == [f"deb [signed-by={KEYRING}] {REPO_URL} /"]
+    # apt expanded $(ARCH) and reads the repository from there.
+    assert "http://127.0.0.1:8083/stable/deb/amd64" in node.check_output("apt-cache policy nvidia-container-toolkit")
+    # The key in that keyring verifies the signed index apt fetched.
+    [inrelease] = [
+        name
+        for name in node.check_output("ls /var/lib/apt/lists").split()
+        if name.startswith("127.0.0.1:8083_") and name.endswith("InRelease")
+    ]
+    node.run_expect([0], f"gpg --dearmor < {KEYRING} > /tmp/nvidia-container-toolkit-keyring.gpg")
+    verify = node.run("gpgv --keyring /tmp/nvidia-container-toolkit-keyring.gpg /var/lib/apt/lists/%s", inrelease)
+    assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
+
+
+def test_the_manifest_version_is_installed_pinned_and_held(node):
+    for package in PACKAGES:
+        assert installed_version(node, package) == PINNED, package
+        policy = node.check_output("apt-cache policy %s", package)
+        assert f"Candidate: {PINNED}" in policy and NEWER in policy, policy
+    assert held(node) >= set(PACKAGES)
+    stanza = dict(
+        line.split(": ", 1)
+        for line in node.file(PIN_FILE).content_string.splitlines()
+        if ": " in line and line[0] != "#"
+    )
+    assert set(stanza["Package"].split()) == set(PACKAGES)
+    assert re.fullmatch(r"version 1\.20\.0-(1|\*)", stanza["Pin"]), stanza["Pin"]
+    assert stanza["Pin-Priority"] == "1001"
+    assert node.check_output("nvidia-ctk --version").splitlines()[0] == "NVIDIA Container Toolkit CLI version 1.20.0"
+
+
+def test_apt_upgrade_leaves_the_toolkit_alone(node):
+    # Control: without nodeforge's pin and the holds, apt would move the four packages to the newer version.
+    unpinned = node.check_output(
+        "apt-get --simulate --ignore-hold -o Dir::Etc::PreferencesParts=/nonexistent upgrade 2>/dev/null"
+    )
+    for package in PACKAGES:
+        assert re.search(rf"^Inst {package} \[{re.escape(PINNED)}\] \({re.escape(NEWER)} ", unpinned, re.M), unpinned
+    dist = node.check_output("apt-get --simulate dist-upgrade 2>/dev/null")
+    assert not re.search(r"^(Inst|Remv) \S*nvidia-container", dist, re.M), dist
+
+
+def test_containerd_dump_has_the_nvidia_runtime_and_debian_s_cri_settings(node):
+    dump = containerd_dump(node)
+    assert CONTAINERD_DROPIN in dump["imports"]
+    cri = dump["plugins"][CRI]
+    nvidia = cri["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"] == {"BinaryName": RUNTIME_BINARY}
+    # Not the default: pods ask for it through the RuntimeClass.
+    assert cri["containerd"]["default_runtime_name"] == "runc"
+    # Debian's CNI paths survive the import that replaces the whole CRI table (containerd's default is /opt/cni/bin).
+    assert (cri["cni"]["bin_dir"], cri["cni"]["conf_dir"]) == ("/usr/lib/cni", "/etc/cni/net.d")
+    # Debian's other plugin setting is untouched.
+    assert dump["plugins"]["io.containerd.internal.v1.opt"]["path"] == "/var/lib/containerd/opt"
+
+
+def test_containerd_drop_in_is_debian_s_cri_table_plus_the_nvidia_runtime(node):
+    debian = tomllib.loads(node.file(CONTAINERD_DEBIAN).content_string)
+    dropin = tomllib.loads(node.file(CONTAINERD_DROPIN).content_string)
+    assert dropin["version"] == 2 and set(dropin) == {"version", "plugins"}
+    assert set(dropin["plugins"]) == {CRI}
+    cri = dropin["plugins"][CRI]
+    assert cri["cni"] == debian["plugins"][CRI]["cni"]
+    assert cri["containerd"]["runtimes"] == {
+        "nvidia": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": RUNTIME_BINARY}}
+    }
+    assert "default_runtime_name" not in cri["containerd"]
+
+
+def test_containerd_config_toml_only_gains_the_import(node):
+    debian = node.file(CONTAINERD_DEBIAN).content_string
+    config = node.file(CONTAINERD_CONFIG).content_string
+    assert is_subsequence(debian.splitlines(), config.splitlines()), config
+    assert [line for line in config.splitlines() if line not in debian.splitlines()] == [
+        f'imports = ["{CONTAINERD_IMPORT}"]'
+    ]
+    parsed = tomllib.loads(config)
+    assert parsed.pop("imports") == [CONTAINERD_IMPORT]
+    assert parsed == tomllib.loads(debian)
+
+
+def test_docker_lists_the_nvidia_runtime_and_keeps_runc_the_default(node):
+    info = docker_info(node)
+    assert info["Runtimes"]["nvidia"]["path"] == "nvidia-container-runtime"
+    assert info["DefaultRuntime"] == "runc"
+    # dockerd still runs with prepare.yml's settings.
+    assert info["Driver"] == "vfs"
+    daemon = json.loads(node.file(DAEMON_JSON).content_string)
+    assert daemon == {**PREPARED_DAEMON_JSON, "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}
+
+
+@pytest.mark.parametrize("service", ["containerd", "docker"])
+def test_running_runtime_was_restarted_with_unlimited_memlock(node, service):
+    verify_lib.assert_runs_with_unlimited_memlock(node, service, MEMLOCK_DROPIN.format(service))
+
+
+def test_crio_gets_the_nvidia_runtime_and_a_memlock_drop_in(node):
+    assert tomllib.loads(node.file(CRIO_DROPIN).content_string) == {
+        "crio": {"runtime": {"runtimes": {"nvidia": {"runtime_path": RUNTIME_BINARY, "runtime_type": "oci"}}}}
+    }
+    # crio_memlock dropin (the default): the service's limit, not default_ulimits.
+    assert "[Service]\nLimitMEMLOCK=infinity\n" in node.file(MEMLOCK_DROPIN.format("crio")).content_string
+    # CRI-O runs crun: the nvidia runtime must be allowed to wrap it.
+    runtime_config = tomllib.loads(node.file("/etc/nvidia-container-runtime/config.toml").content_string)
+    assert "crun" in runtime_config["nvidia-container-runtime"]["runtimes"]
+
+
+def test_podman_hook_is_a_valid_oci_hook_for_the_toolkit_s_binary(node):
+    hook = json.loads(node.file(HOOK).content_string)
+    jsonschema.Draft202012Validator.check_schema(HOOK_SCHEMA)
+    jsonschema.Draft202012Validator(HOOK_SCHEMA).validate(hook)
+    assert hook == {
+        "version": "1.0.0",
+        "hook": {
+            "path": "/usr/bin/nvidia-container-runtime-hook",
+            "args": ["nvidia-container-runtime-hook", "prestart"],
+        },
+        "when": {"always": True, "commands": [".*"]},
+        "stages": ["prestart"],
+    }
+    for pattern in hook["when"]["commands"]:
+        re.compile(pattern)
+    # The hook runs the installed toolkit's binary.
+    binary = node.file(hook["hook"]["path"])
+    assert binary.is_file and binary.mode & 0o111
+    assert node.check_output("dpkg-query --search %s", hook["hook"]["path"]).startswith("nvidia-container-toolkit:")
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"stages": []},
+        {"stages": ["prestrat"]},
+        {"when": {}},
+        {"version": "0.1.0"},
+        {"hook": {"path": "nvidia-container-runtime-hook"}},
+        {"hook": {"path": "/usr/bin/nvidia-container-runtime-hook", "timeout": 0}},
+        {"hasbindmounts": True},
+    ],
+    ids=["no-stage", "unknown-stage", "empty-when", "old-version", "relative-path", "zero-timeout", "0.1.0-key"],
+)
+def test_hook_schema_refuses_what_podman_would_not_run(broken):
+    # The schema is not vacuous: each of these breaks the hook the role writes.
+    hook = {
+        "version": "1.0.0",
+        "hook": {"path": "/usr/bin/nvidia-container-runtime-hook"},
+        "when": {"always": True},
+        "stages": ["prestart"],
+    }
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**hook, **broken}, HOOK_SCHEMA, cls=jsonschema.Draft202012Validator)
+
+
+def test_facts_say_nvidia_is_a_runtime_class_and_cdi_was_skipped(node):
+    facts = json.loads(node.file(FACTS).content_string)
+    assert facts["version"] == "1.20.0"
+    assert facts["runtimes"] == ["containerd", "docker", "crio", "podman"]
+    assert (facts["default_runtime"], facts["runtime_class"]) == ("", "nvidia")
+    # No /dev/nvidiactl: nothing to describe, and nvidia-ctk was not asked to (it would fail without NVML).
+    assert (facts["cdi"], facts["gpus"]) == ("skipped", False)
+    assert not node.file("/dev/nvidiactl").exists
+    for spec in ("/etc/cdi/nvidia.yaml", "/var/run/cdi/nvidia.yaml"):
+        assert not node.file(spec).exists, spec
+
+
+def test_check_mode_run_changes_nothing(node):
+    run = verify_lib.run_playbook(CONVERGE, check=True)
+    assert run.rc == 0 and run.failed == [], run.failed
+    assert run.changed == [], run.changed
+    messages = [
+        str(result.get("msg", ""))
+        for play in run.out["plays"]
+        for task in play["tasks"]
+        for result in task["hosts"].values()
+    ]
+    assert any("no NVIDIA GPU" in message for message in messages), messages

@@ -1,0 +1,30 @@
+"""Render a role's set_fact expressions straight from its task files with Ansible's own templar.
+
+For branches the molecule scenarios cannot reach, and for parsing expressions fed with real command output: a regex
+escaped for the wrong layer (as in the fix of b5d4f96) fails the tests that use this.
+"""
+
+from __future__ import annotations
+
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import init_plugin_loader
+from ansible.template import Templar
+
+from nodeforge import content
+
+# Collections' filters (community.general.version_sort) resolve as in a playbook run.
+init_plugin_loader()
+
+
+def task(role: str, file: str, name: str) -> dict:
+    tasks = yaml.safe_load((content.roles_dir() / role / "tasks" / file).read_text())
+    [found] = [t for t in tasks if t.get("name") == name]
+    return found
+
+
+def render(role: str, file: str, name: str, fact: str, **registered) -> object:
+    """Render one set_fact value of the named task with the task's own vars and the given registered results."""
+    t = task(role, file, name)
+    variables = {**registered, **t.get("vars", {})}
+    return Templar(loader=DataLoader(), variables=variables).template(t["ansible.builtin.set_fact"][fact])

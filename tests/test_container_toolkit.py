@@ -1,0 +1,212 @@
+"""Role nvidia_container_toolkit's logic that runs on the controller: the containerd filters and the expressions
+that parse dpkg/apt output and merge daemon.json, rendered from the role's own files. The molecule scenarios prove
+the same against the real containerd and dockerd; these cover the branches they cannot reach."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from functools import partial
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+from nodeforge import content
+from tests import role_expressions
+
+ROLE = content.roles_dir() / "nvidia_container_toolkit"
+render = partial(role_expressions.render, "nvidia_container_toolkit")
+
+_spec = importlib.util.spec_from_file_location("containerd_config", ROLE / "filter_plugins" / "containerd_config.py")
+cc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cc)
+
+CRI = 'plugins."io.containerd.grpc.v1.cri"'
+# Debian 12's /etc/containerd/config.toml as containerd 1.6.20~ds1-1+deb12u3 ships it.
+DEBIAN = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"""
+CUSTOM = """# site settings
+version = 2
+imports = ["/etc/containerd/site.d/*.toml"]  # ours
+root = "/var/lib/containerd-custom"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.example/pause:3.9"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+    SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+    endpoint = ["https://mirror.example"]
+"""
+GLOB = "/etc/containerd/conf.d/*.toml"
+
+
+def cri(dropin: str, version: int = 2) -> dict:
+    return tomllib.loads(dropin)["plugins"][cc.CRI_PLUGIN[version]]
+
+
+def test_dropin_keeps_debians_cri_settings_and_adds_the_runtime():
+    dropin = cc.containerd_dropin([["/etc/containerd/config.toml", DEBIAN]], 2, header="# managed")
+    assert dropin.startswith("# managed\nversion = 2\n")
+    table = cri(dropin)
+    assert table["cni"] == {"bin_dir": "/usr/lib/cni", "conf_dir": "/etc/cni/net.d"}
+    assert table["containerd"] == {
+        "runtimes": {
+            "nvidia": {
+                "runtime_type": "io.containerd.runc.v2",
+                "options": {"BinaryName": "/usr/bin/nvidia-container-runtime"},
+            }
+        }
+    }
+    # Only the CRI plugin: the drop-in must not replace other plugins' tables.
+    assert list(tomllib.loads(dropin)["plugins"]) == [cc.CRI_PLUGIN[2]]
+
+
+def test_dropin_as_default_with_the_operators_settings():
+    table = cri(cc.containerd_dropin([["config.toml", CUSTOM]], 2, set_as_default=True))
+    assert table["sandbox_image"] == "registry.example/pause:3.9"
+    assert table["registry"]["mirrors"]["docker.io"] == {"endpoint": ["https://mirror.example"]}
+    assert table["containerd"]["default_runtime_name"] == "nvidia"
+    assert table["containerd"]["runtimes"]["runc"] == {"options": {"SystemdCgroup": True}}
+    # The nvidia runtime wraps runc with runc's cgroup driver.
+    assert table["containerd"]["runtimes"]["nvidia"]["options"] == {
+        "BinaryName": "/usr/bin/nvidia-container-runtime",
+        "SystemdCgroup": True,
+    }
+
+
+def test_dropin_starts_from_the_last_earlier_file_with_a_cri_table():
+    site = '[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "site/pause:3.10"\n'
+    table = cri(cc.containerd_dropin([["config.toml", CUSTOM], ["/etc/containerd/site.d/a.toml", site]], 2))
+    assert table["sandbox_image"] == "site/pause:3.10"
+    assert "registry" not in table  # containerd replaced config.toml's CRI table with site.d's, so does the drop-in
+
+
+def test_dropin_for_containerd_2_uses_the_cri_runtime_plugin():
+    dropin = cc.containerd_dropin([["config.toml", "version = 3\n"]], 3, set_as_default=True)
+    assert cri(dropin, 3)["containerd"]["default_runtime_name"] == "nvidia"
+
+
+def test_config_gets_the_import_and_nothing_else_changes():
+    new = cc.containerd_config(DEBIAN, GLOB)
+    assert new == DEBIAN.replace("version = 2\n", f'version = 2\nimports = ["{GLOB}"]\n', 1)
+    assert cc.containerd_config(new, GLOB) == new
+
+
+def test_config_with_its_own_imports_keeps_them_first_and_its_comment():
+    new = cc.containerd_config(CUSTOM, GLOB)
+    assert f'imports = ["/etc/containerd/site.d/*.toml", "{GLOB}"]  # ours\n' in new
+    assert new.replace(f', "{GLOB}"', "") == CUSTOM
+
+
+def test_multi_line_imports_are_extended():
+    new = cc.containerd_config('version = 2\nimports = [\n  "/a/*.toml",\n]\n\n[plugins]\n', GLOB)
+    assert new == f'version = 2\nimports = ["/a/*.toml", "{GLOB}"]\n\n[plugins]\n'
+
+
+def test_missing_config_is_created_with_the_version_containerd_writes():
+    assert cc.containerd_config("", GLOB, 1) == f'version = 2\nimports = ["{GLOB}"]\n'
+    assert cc.containerd_config("", GLOB, 2) == f'version = 3\nimports = ["{GLOB}"]\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[plugins.cri]\n  sandbox_image = "x"\n', "config.toml has version = (none: version 1); expected 2"),
+        ("version = 2\n[plugins\n", "node-01:/etc/containerd/config.toml is not valid TOML"),
+    ],
+)
+def test_configs_nodeforge_cannot_extend_are_refused_naming_the_file(text, message):
+    with pytest.raises(cc.ContainerdConfigError, match=re.escape(message)):
+        cc.containerd_config(text, GLOB, 1, "node-01:/etc/containerd/config.toml")
+
+
+@pytest.mark.parametrize(
+    ("dpkg", "expected"),
+    [
+        # Nothing installed yet: the newest build of the pinned version, never the newer 1.21.0.
+        ("nvidia-container-toolkit un \n", "1.20.0-2"),
+        # Installed (held) at a build of the pinned version: kept, no move.
+        ("nvidia-container-toolkit hi 1.20.0-1\nlibnvidia-container1 hi 1.20.0-1\n", "1.20.0-1"),
+        # Installed at another version: the pinned one.
+        ("nvidia-container-toolkit hi 1.19.1-1\n", "1.20.0-2"),
+    ],
+)
+def test_package_version_choice_from_dpkg_and_madison(dpkg, expected):
+    madison = "".join(
+        f" nvidia-container-toolkit | {v} | http://127.0.0.1:8083/stable/deb/amd64  Packages\n"
+        for v in ("1.21.0-1", "1.20.0-2", "1.20.0-1", "1.19.1-1")
+    )
+    registered = {
+        "__nvidia_container_toolkit_version": "1.20.0",
+        "__nvidia_container_toolkit_packages": ["nvidia-container-toolkit", "libnvidia-container1"],
+        "__nvidia_container_toolkit_dpkg": {"stdout_lines": dpkg.splitlines()},
+        "__nvidia_container_toolkit_madison": {"stdout_lines": madison.splitlines()},
+    }
+    name = "Choose the package version of the pinned toolkit version"
+    assert render("install-apt.yml", name, "__nvidia_container_toolkit_package_version", **registered) == expected
+    installed = render("install-apt.yml", name, "__nvidia_container_toolkit_installed_versions", **registered)
+    assert installed == dict(line.replace(" hi ", " ").split() for line in dpkg.splitlines() if " hi " in line)
+
+
+@pytest.mark.parametrize(
+    ("current", "as_default", "expected_default"),
+    [
+        ({}, False, None),
+        ({"default-runtime": "runc"}, True, "nvidia"),
+        ({"default-runtime": "nvidia"}, False, None),  # nodeforge's earlier choice is taken back
+        ({"default-runtime": "crun"}, False, "crun"),  # the operator's own choice stays
+    ],
+)
+def test_daemon_json_merge_keeps_every_other_key(current, as_default, expected_default):
+    current = {**current, "log-opts": {"max-size": "10m"}, "runtimes": {"crun": {"path": "/usr/bin/crun"}}}
+    merged = render(
+        "docker.yml",
+        "Merge the nvidia runtime into daemon.json",
+        "__nvidia_container_toolkit_docker_wanted",
+        __nvidia_container_toolkit_docker_current=current,
+        __nvidia_container_toolkit_runtime_name="nvidia",
+        __nvidia_container_toolkit_runtime_binary="/usr/bin/nvidia-container-runtime",
+        nvidia_container_toolkit_set_as_default=as_default,
+    )
+    assert merged.get("default-runtime") == expected_default
+    assert merged["log-opts"] == {"max-size": "10m"}
+    assert merged["runtimes"] == {
+        "crun": {"path": "/usr/bin/crun"},
+        "nvidia": {"path": "nvidia-container-runtime", "args": []},
+    }
+
+
+def test_runtime_class_names_the_runtime_the_role_configures():
+    [runtime_class] = yaml.safe_load_all((ROLE / "files" / "k8s" / "runtimeclass-nvidia.yaml").read_text())
+    runtime = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__nvidia_container_toolkit_runtime_name"]
+    assert runtime_class["apiVersion"] == "node.k8s.io/v1" and runtime_class["kind"] == "RuntimeClass"
+    assert runtime_class["metadata"]["name"] == runtime_class["handler"] == runtime
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)", "http://127.0.0.1:8083/stable/deb/$(ARCH)"],
+)
+def test_nvidia_install_guide_source_list_is_recognised(url):
+    """The pattern that finds a list NVIDIA's install guide wrote for the same repository (find's `contains`)."""
+    find = role_expressions.task(
+        "nvidia_container_toolkit", "install-apt.yml", "Find other apt sources of the toolkit repository"
+    )
+    pattern = Templar(loader=DataLoader(), variables={"__nvidia_container_toolkit_repo_url": url}).template(
+        find["ansible.builtin.find"]["contains"]
+    )
+    guide = f"deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] {url} /"
+    assert re.match(pattern, guide)
+    assert not re.match(pattern, "deb http://deb.debian.org/debian bookworm main")
+    assert not re.match(pattern, f"deb [signed-by=/k.asc] {url.replace('stable', 'experimental')} /")
