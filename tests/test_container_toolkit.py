@@ -9,6 +9,7 @@ import re
 import tomllib
 from functools import partial
 
+import kubernetes_validate
 import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
@@ -49,6 +50,8 @@ root = "/var/lib/containerd-custom"
     endpoint = ["https://mirror.example"]
 """
 GLOB = "/etc/containerd/conf.d/*.toml"
+# The oldest Kubernetes release the rendered manifests are checked against (node.k8s.io/v1 RuntimeClass: since 1.20).
+OLDEST_K8S = "1.30"
 
 
 def cri(dropin: str, version: int = 2) -> dict:
@@ -192,6 +195,21 @@ def test_runtime_class_names_the_runtime_the_role_configures():
     runtime = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__nvidia_container_toolkit_runtime_name"]
     assert runtime_class["apiVersion"] == "node.k8s.io/v1" and runtime_class["kind"] == "RuntimeClass"
     assert runtime_class["metadata"]["name"] == runtime_class["handler"] == runtime
+    # The API server's own rule for handler (validation.IsDNS1123Label), which the OpenAPI schema does not carry.
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", runtime_class["handler"])
+
+
+@pytest.mark.parametrize("k8s_version", [OLDEST_K8S, kubernetes_validate.latest_version()])
+def test_runtime_class_is_valid_for_kubernetes(k8s_version):
+    """Offline, against the Kubernetes OpenAPI schema (strict: an unknown or misspelt field is an error)."""
+    [runtime_class] = yaml.safe_load_all((ROLE / "files" / "k8s" / "runtimeclass-nvidia.yaml").read_text())
+    kubernetes_validate.validate(runtime_class, k8s_version, strict=True)
+    # Not vacuous: the same check refuses a misspelt field and a missing handler.
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({**runtime_class, "handlr": "nvidia"}, k8s_version, strict=True)
+    without_handler = {key: value for key, value in runtime_class.items() if key != "handler"}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(without_handler, k8s_version, strict=True)
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,9 @@ for unit in systemd-remount-fs.service getty.target console-getty.service system
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+# Empty lists must look stale: apt's cache_valid_time reads the age of this directory, and an image built less than
+# an hour ago would otherwise skip the first `apt-get update` and find no packages at all.
+touch -d @0 "$root/var/lib/apt/lists"
 
 tar -C "$root" -c . | podman import \
   --change 'CMD ["/sbin/init"]' \

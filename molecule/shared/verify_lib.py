@@ -97,6 +97,19 @@ def run_playbook(
     return PlaybookRun(proc.returncode, out, proc.stderr)
 
 
+def assert_apt_index_signed_by(node, keyring: str, source: str) -> None:
+    """The InRelease apt fetched from `source` (host:port, as apt names its lists) verifies with `keyring` (armored)."""
+    [inrelease] = [
+        name
+        for name in node.check_output("ls /var/lib/apt/lists").split()
+        if name.startswith(source.replace("/", "_") + "_") and name.endswith("InRelease")
+    ]
+    dearmored = f"/tmp/{Path(keyring).stem}.gpg"
+    node.run_expect([0], f"gpg --dearmor < {keyring} > {dearmored}")
+    verify = node.run("gpgv --keyring %s /var/lib/apt/lists/%s", dearmored, inrelease)
+    assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
+
+
 def installed_version(node, package: str) -> str:
     return node.check_output("dpkg-query --show --showformat='${Version}' %s", package)
 

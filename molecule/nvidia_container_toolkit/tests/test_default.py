@@ -79,14 +79,7 @@ def test_source_list_names_the_flat_repository_signed_by_the_keyring(node):
     # apt expanded $(ARCH) and reads the repository from there.
     assert "http://127.0.0.1:8083/stable/deb/amd64" in node.check_output("apt-cache policy nvidia-container-toolkit")
     # The key in that keyring verifies the signed index apt fetched.
-    [inrelease] = [
-        name
-        for name in node.check_output("ls /var/lib/apt/lists").split()
-        if name.startswith("127.0.0.1:8083_") and name.endswith("InRelease")
-    ]
-    node.run_expect([0], f"gpg --dearmor < {KEYRING} > /tmp/nvidia-container-toolkit-keyring.gpg")
-    verify = node.run("gpgv --keyring /tmp/nvidia-container-toolkit-keyring.gpg /var/lib/apt/lists/%s", inrelease)
-    assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
+    verify_lib.assert_apt_index_signed_by(node, KEYRING, "127.0.0.1:8083")
 
 
 def test_the_manifest_version_is_installed_pinned_and_held(node):

@@ -5,6 +5,8 @@ systemd cgroup driver, a registry mirror, an import of their own, files/10-site.
 (files/daemon.json) and toolkit 1.19.1 held, installed by NVIDIA's guide (its own list and keyring). The role replaced
 that list (a copy kept), moved the toolkit to the manifest's 1.20.0 (held again), made nvidia the default runtime of
 containerd and Docker, and both daemons, restarted, run the operator's settings still.
+The node also looks like a GPU node to the toolkit (prepare.yml: /dev/nvidiactl, an nvidia-smi stand-in reporting one
+compute process, the nvidia module in modules.dep), so the role took the CDI refresh path of toolkit >= 1.18.
 Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
 """
 
@@ -17,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
@@ -42,6 +45,8 @@ SITE_IMPORT = "/etc/containerd/site.d/10-site.toml"
 RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
 MEMLOCK_DROPIN = "/etc/systemd/system/{}.service.d/20-nodeforge-nvidia-memlock.conf"
 FACTS = "/root/nvidia_container_toolkit_facts.json"
+REFRESH_SPEC = "/var/run/cdi/nvidia.yaml"  # nvidia-cdi-refresh.service's output
+STATIC_SPEC = "/etc/cdi/nvidia.yaml"  # nvidia_container_toolkit_cdi_spec (nvidia-ctk cdi generate, older toolkits)
 
 
 @pytest.fixture
@@ -150,7 +155,52 @@ def test_facts_say_nvidia_is_the_default_runtime(node):
     assert facts["version"] == "1.20.0" and facts["runtimes"] == ["containerd", "docker"]
     # The default runtime: pods need no RuntimeClass.
     assert (facts["default_runtime"], facts["runtime_class"]) == ("nvidia", "")
-    assert (facts["cdi"], facts["gpus"]) == ("skipped", False)
+    assert (facts["cdi"], facts["gpus"]) == ("refresh", True)
+
+
+def test_cdi_refresh_units_keep_the_gpu_specification(node):
+    assert node.check_output("systemctl is-enabled nvidia-cdi-refresh.path nvidia-cdi-refresh.service").split() == [
+        "enabled",
+        "enabled",
+    ]
+    # The trigger waits for driver changes; the service is a oneshot, inactive once it has run.
+    assert node.check_output("systemctl is-active nvidia-cdi-refresh.path") == "active"
+    assert node.run("systemctl is-failed --quiet nvidia-cdi-refresh.service").rc != 0
+    spec = yaml.safe_load(node.file(REFRESH_SPEC).content_string)
+    assert spec["kind"] == "nvidia.com/gpu" and [d["name"] for d in spec["devices"]] == ["all"]
+    assert node.check_output("nvidia-ctk cdi list").split() == ["nvidia.com/gpu=all"]
+    # No second specification from `nvidia-ctk cdi generate`: the refresh units own it.
+    assert not node.file(STATIC_SPEC).exists
+
+
+def test_rerun_writes_a_lost_spec_again_and_announces_the_runtime_restart(node):
+    """/var/run is a tmpfs: a lost spec comes back; a restart on a node with GPU processes is announced first."""
+    node.run_expect([0], f"rm -f {REFRESH_SPEC}")
+    # A specification an older toolkit wrote (the role warns, keeps it) and an edited memlock drop-in (restarts).
+    node.run_expect([0], f"mkdir -p /etc/cdi && printf 'cdiVersion: 0.5.0\\nkind: nvidia.com/gpu\\n' > {STATIC_SPEC}")
+    dropin = MEMLOCK_DROPIN.format("containerd")
+    node.run_expect([0], f"printf '[Service]\\nLimitMEMLOCK=64M\\n' > {dropin}")
+    try:
+        run = verify_lib.run_playbook(CONVERGE)
+    finally:
+        node.run_expect([0], f"rm -f {STATIC_SPEC}")
+    assert run.rc == 0 and run.failed == [], run.failed
+    changed = {name.split(" : ")[-1] for name in run.changed}
+    assert {"Write the missing CDI specification with the refresh service", "Write the memlock drop-ins"} <= changed
+    assert changed <= {
+        "Write the missing CDI specification with the refresh service",
+        "Write the memlock drop-ins",
+        "Reload systemd units",
+        "Restart the runtime",
+    }, changed
+    assert yaml.safe_load(node.file(REFRESH_SPEC).content_string)["kind"] == "nvidia.com/gpu"
+    [warning] = [r["msg"] for r in run.results("Warn about a second NVIDIA CDI specification") if "msg" in r]
+    assert STATIC_SPEC in warning and REFRESH_SPEC in warning
+    announced = [r["msg"] for r in run.results("Announce the restart") if "msg" in r]
+    assert len(announced) == 2, announced  # containerd and Docker
+    for message in announced:
+        assert "is restarted now" in message and "1 GPU process(es) running on the node" in message, message
+    verify_lib.assert_runs_with_unlimited_memlock(node, "containerd", dropin)
 
 
 def test_check_mode_run_changes_nothing(node):

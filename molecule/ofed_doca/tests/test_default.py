@@ -62,14 +62,7 @@ def test_source_list_points_at_the_versioned_repository_signed_by_the_keyring(no
     policy = node.check_output("apt-cache policy doca-ofed")
     assert "http://127.0.0.1:8082/3.4.1/debian12/x86_64 ./ Packages" in policy
     # The key in that keyring verifies the signed index apt fetched from the repository.
-    [inrelease] = [
-        name
-        for name in node.check_output("ls /var/lib/apt/lists").split()
-        if name.startswith("127.0.0.1:8082_") and name.endswith("InRelease")
-    ]
-    node.run_expect([0], f"gpg --dearmor < {KEYRING} > /tmp/doca-keyring.gpg")
-    verify = node.run("gpgv --keyring /tmp/doca-keyring.gpg /var/lib/apt/lists/%s", inrelease)
-    assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
+    verify_lib.assert_apt_index_signed_by(node, KEYRING, "127.0.0.1:8082")
 
 
 def test_pinned_doca_is_installed_and_held(node):
