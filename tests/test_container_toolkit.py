@@ -190,8 +190,13 @@ def test_daemon_json_merge_keeps_every_other_key(current, as_default, expected_d
     }
 
 
-def test_runtime_class_names_the_runtime_the_role_configures():
+def load_runtime_class() -> dict:
     [runtime_class] = yaml.safe_load_all((ROLE / "files" / "k8s" / "runtimeclass-nvidia.yaml").read_text())
+    return runtime_class
+
+
+def test_runtime_class_names_the_runtime_the_role_configures():
+    runtime_class = load_runtime_class()
     runtime = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["__nvidia_container_toolkit_runtime_name"]
     assert runtime_class["apiVersion"] == "node.k8s.io/v1" and runtime_class["kind"] == "RuntimeClass"
     assert runtime_class["metadata"]["name"] == runtime_class["handler"] == runtime
@@ -202,7 +207,7 @@ def test_runtime_class_names_the_runtime_the_role_configures():
 @pytest.mark.parametrize("k8s_version", [OLDEST_K8S, kubernetes_validate.latest_version()])
 def test_runtime_class_is_valid_for_kubernetes(k8s_version):
     """Offline, against the Kubernetes OpenAPI schema (strict: an unknown or misspelt field is an error)."""
-    [runtime_class] = yaml.safe_load_all((ROLE / "files" / "k8s" / "runtimeclass-nvidia.yaml").read_text())
+    runtime_class = load_runtime_class()
     kubernetes_validate.validate(runtime_class, k8s_version, strict=True)
     # Not vacuous: the same check refuses a misspelt field and a missing handler.
     with pytest.raises(kubernetes_validate.ValidationError):
