@@ -20,8 +20,8 @@ lint:
 	$(VENV)/ruff format --check .
 	$(VENV)/yamllint -s .
 	$(VENV)/python tools/gen_docs.py --check
-	cd playbooks && for p in *.yml; do ANSIBLE_ROLES_PATH=../roles ../$(VENV)/ansible-playbook --syntax-check -i localhost, $$p >/dev/null || exit 1; done
-	PATH=$(CURDIR)/.venv/bin:$$PATH $(VENV)/ansible-lint --profile production --offline
+	for p in playbooks/*.yml; do ANSIBLE_COLLECTIONS_PATH=collections $(VENV)/ansible-playbook --syntax-check -i localhost, nodeforge.gpu.$$(basename $$p .yml) >/dev/null || exit 1; done
+	PATH=$(CURDIR)/.venv/bin:$$PATH ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/collections $(VENV)/ansible-lint --profile production --offline
 
 docs:
 	$(VENV)/python tools/gen_docs.py

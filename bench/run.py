@@ -381,7 +381,10 @@ def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
         "playbook": str(playbook),
         "project_dir": str(playbook.parent),  # the CLI runs from the playbook's directory too (ansible.cfg lookup)
         "inventory": inventory,
-        "envvars": {"ANSIBLE_ROLES_PATH": str(content.roles_dir()), "CONTAINERS_CONF": b.env["CONTAINERS_CONF"]},
+        "envvars": {
+            "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()),
+            "CONTAINERS_CONF": b.env["CONTAINERS_CONF"],
+        },
     }
     cli = [*NODEFORGE, "provision", "-i", inventory, "--json"]
     direct = [PYTHON, "-c", DIRECT, json.dumps(cfg)]

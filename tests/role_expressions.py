@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import yaml
 from ansible.parsing.dataloader import DataLoader
-from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 
-from nodeforge import content
+# Importing it sets up Ansible's collection loader with nodeforge.gpu first: collections' filters
+# (community.general.version_sort, nodeforge.gpu's parsers) resolve as in a playbook run.
+from nodeforge import collection, content
 
-# Collections' filters (community.general.version_sort) resolve as in a playbook run.
-init_plugin_loader()
+assert collection.model
 
 
 def task(role: str, file: str, name: str) -> dict:

@@ -1,22 +1,34 @@
-"""`nodeforge check`: every class of bad inventory is rejected with a message naming the culprit."""
+"""`nodeforge check`: every class of bad inventory is rejected with a message naming the culprit.
+
+Every case that reads messages() runs twice: through the CLI (`nodeforge check --json`) and through
+`ansible-playbook` on the validation play that opens every nodeforge.gpu playbook (tests/playbooks/validated.yml),
+where a refused inventory must never reach the node play that follows. Same inventory, same messages.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from nodeforge import content, specs
-from nodeforge.checks import check_inventory
-from tests.conftest import REPO
+from nodeforge.cli import main
+from tests.conftest import PLAYBOOKS, REPO
 
 SAMPLES = sorted(p.parent for p in (REPO / "inventories").glob("*/hosts.yml"))
 
 
 def write_inventory(tmp_path: Path, group_vars: dict | None = None, hosts: dict | None = None, **files: str) -> Path:
     hosts = hosts if hosts is not None else {"node-01": None, "node-02": None}
+    tmp_path.mkdir(parents=True, exist_ok=True)
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "group_vars").mkdir(exist_ok=True)
@@ -30,8 +42,81 @@ def write_inventory(tmp_path: Path, group_vars: dict | None = None, hosts: dict 
     return tmp_path
 
 
-def messages(path: Path, extravars: dict | None = None) -> list[str]:
-    return [str(p) for p in check_inventory(path, extravars)]
+ENTRY = {"mode": "cli"}
+NODE_TASK = "Stand for a node task"
+
+
+def pytest_generate_tests(metafunc):
+    if "messages" in metafunc.function.__code__.co_names:
+        metafunc.fixturenames.append("entry")
+        modes = ["cli", pytest.param("ansible-playbook", marks=pytest.mark.slow)]
+        metafunc.parametrize("entry", modes)
+
+
+@pytest.fixture(autouse=True)
+def entry_mode(request):
+    callspec = getattr(request.node, "callspec", None)
+    ENTRY["mode"] = callspec.params.get("entry", "cli") if callspec else "cli"
+
+
+def _line(problem: dict) -> str:
+    parts = [problem["where"], problem["scope"], problem["variable"]]
+    return ": ".join(p for p in parts if p) + f": found {problem['found']}; expected {problem['expected']}"
+
+
+def _ansible_error(stderr: str) -> str:
+    """ansible-playbook's own refusal of a file it cannot load, in check's words (file:line, YAML syntax error)."""
+    where = re.search(r"The error appears to be in '([^']+)': line (\d+)", stderr)
+    text = "YAML syntax error" if "Syntax Error while loading YAML" in stderr else stderr.strip()
+    return f"{where[1]}:{where[2]}: {text}" if where else text
+
+
+def _args(path: Path | list[Path], extravars: dict | None, vault_password_file: Path | None) -> list[str]:
+    """-i (repeated for several sources), -e and --vault-password-file: the same for the CLI and ansible-playbook."""
+    args = [arg for p in (path if isinstance(path, list) else [path]) for arg in ("-i", str(p))]
+    args += ["-e", json.dumps(extravars)] if extravars else []
+    return args + (["--vault-password-file", str(vault_password_file)] if vault_password_file else [])
+
+
+def _via_cli(path: Path | list[Path], extravars: dict | None, vault_password_file: Path | None = None) -> list[str]:
+    result = CliRunner().invoke(main, ["check", "--json", *_args(path, extravars, vault_password_file)])
+    payload = json.loads(result.stdout)
+    assert result.exit_code == (1 if payload["problems"] else 0), result.output
+    return [_line(p) for p in payload["problems"]]
+
+
+def _via_ansible_playbook(
+    path: Path | list[Path], extravars: dict | None, vault_password_file: Path | None = None
+) -> list[str]:
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()),
+        "ANSIBLE_STDOUT_CALLBACK": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOKS / "validated.yml")]
+    run = subprocess.run(cmd + _args(path, extravars, vault_password_file), env=env, capture_output=True, text=True)
+    if not run.stdout.strip():  # refused by ansible-playbook itself, before any play
+        assert run.returncode != 0
+        return [_ansible_error(run.stderr)]
+    plays = json.loads(run.stdout)["plays"]
+    [validation] = [t for t in plays[0]["tasks"] if t["task"]["name"].startswith("Check the inventory")]
+    [result] = validation["hosts"].values()
+    problems = [_line(p) for p in result["problems"]]
+    node_tasks = [t for play in plays for t in play["tasks"] if t["task"]["name"] == NODE_TASK]
+    if problems:
+        assert run.returncode != 0 and not node_tasks, "a refused inventory reached the node play"
+    else:
+        assert run.returncode == 0 and node_tasks, run.stdout[-2000:]
+    return problems
+
+
+def messages(
+    path: Path | list[Path], extravars: dict | None = None, vault_password_file: Path | None = None
+) -> list[str]:
+    if ENTRY["mode"] == "ansible-playbook":
+        return _via_ansible_playbook(path, extravars, vault_password_file)
+    return _via_cli(path, extravars, vault_password_file)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[p.name for p in SAMPLES])
@@ -321,3 +406,169 @@ def test_lab_sample_inventory_is_what_lab_up_writes():
 
     sample = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
     assert sample == lab.inventory(["nodeforge-lab-1", "nodeforge-lab-2"])
+
+
+# ---- inventories as sites write them: INI, vault, group priority, several files or sources ---------------------
+
+INI = """\
+[gpu_nodes]
+node-01
+node-02
+
+[gpu_nodes:vars]
+nodeforge_profile=dgx-1
+{extra}
+"""
+
+
+def _without_paths(found: list[str], *paths: Path) -> list[str]:
+    for path in paths:
+        found = [m.replace(str(path), "<file>") for m in found]
+    return found
+
+
+def test_ini_inventory_gets_the_verdicts_of_its_yaml_twin(tmp_path):
+    ini = tmp_path / "ini"
+    ini.mkdir()
+    (ini / "hosts").write_text(INI.format(extra="nvidia_driver_flavor=open"))
+    yaml_twin = write_inventory(tmp_path / "yaml", {"nvidia_driver_flavor": "open"})
+    from_ini = messages(ini)
+    assert len(from_ini) == 1 and "'open' on profile dgx-1 (volta)" in from_ini[0]
+    assert f"{ini / 'hosts'}: group gpu_nodes, for hosts node-01, node-02: nvidia_driver_flavor" in from_ini[0]
+    assert _without_paths(from_ini, ini / "hosts") == _without_paths(
+        messages(yaml_twin), yaml_twin / "group_vars" / "gpu_nodes.yml"
+    )
+    (ini / "hosts").write_text(INI.format(extra="nodeforge_reboot_policy=if_needed"))
+    assert messages(ini) == []
+
+
+def _encrypt(secret: str, password: str) -> str:
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    blob = VaultLib([("default", VaultSecret(password.encode()))]).encrypt(secret).decode()
+    return "!vault |\n" + textwrap.indent(blob, "  ")
+
+
+def test_vault_encrypted_values_are_decrypted_and_checked(tmp_path):
+    password = tmp_path / "vault-pass"
+    password.write_text("s3cret-pw\n")
+    inv = write_inventory(tmp_path / "inv")
+    group_vars = inv / "group_vars" / "gpu_nodes.yml"
+    group_vars.write_text(f"nodeforge_profile: dgx-1\nnvidia_driver_flavor: {_encrypt('open', 's3cret-pw')}\n")
+    [problem] = messages(inv, vault_password_file=password)
+    assert f"{group_vars}: group gpu_nodes, for hosts node-01, node-02: nvidia_driver_flavor" in problem
+    assert "'open' on profile dgx-1 (volta)" in problem
+    token = _encrypt("eyJ-the-licence-token", "s3cret-pw")
+    group_vars.write_text(f"nodeforge_profile: dgx-1\nnvidia_driver_grid_client_token: {token}\n")
+    assert messages(inv, vault_password_file=password) == []
+
+
+def test_vault_value_without_the_password(tmp_path):
+    inv = write_inventory(tmp_path)
+    group_vars = inv / "group_vars" / "gpu_nodes.yml"
+    group_vars.write_text(f"nodeforge_profile: dgx-1\nnvidia_driver_flavor: {_encrypt('open', 'pw')}\n")
+    [problem] = messages(inv)
+    assert (
+        f"{group_vars}: group gpu_nodes: nvidia_driver_flavor: found a vault-encrypted value that cannot be" in problem
+    )
+    assert "--vault-password-file" in problem
+
+
+def test_no_log_values_are_never_shown(tmp_path):
+    inv = write_inventory(tmp_path, {"nvidia_driver_grid_client_token": ["eyJ-the-licence-token"]})
+    [problem] = messages(inv)
+    assert "nvidia_driver_grid_client_token: found ******** (list); expected type str" in problem
+    assert "eyJ" not in problem
+
+
+PRIORITY_YAML = {
+    "all": {
+        "children": {
+            "gpu_nodes": {
+                "hosts": {"node-01": None},
+                "vars": {"nodeforge_profile": "dgx-1"},
+                "children": {
+                    "a_site": {"hosts": {"node-01": None}, "vars": {"nvidia_driver_flavor": "open"}},
+                    "b_site": {"hosts": {"node-01": None}, "vars": {"nvidia_driver_flavor": "proprietary"}},
+                },
+            }
+        }
+    }
+}
+
+PRIORITY_INI = """\
+[gpu_nodes]
+node-01
+
+[gpu_nodes:vars]
+nodeforge_profile=dgx-1
+
+[a_site]
+node-01
+
+[a_site:vars]
+nvidia_driver_flavor=open
+{priority}
+
+[b_site]
+node-01
+
+[b_site:vars]
+nvidia_driver_flavor=proprietary
+
+[gpu_nodes:children]
+a_site
+b_site
+"""
+
+
+@pytest.mark.parametrize("form", ["yaml", "ini"])
+def test_group_priority_decides_as_ansible_does(tmp_path, form):
+    def inventory(priority: bool) -> Path:
+        directory = tmp_path / f"{form}-{priority}"
+        directory.mkdir()
+        if form == "yaml":
+            data = json.loads(json.dumps(PRIORITY_YAML))
+            if priority:
+                data["all"]["children"]["gpu_nodes"]["children"]["a_site"]["vars"]["ansible_group_priority"] = 10
+            (directory / "hosts.yml").write_text(yaml.safe_dump(data))
+        else:
+            (directory / "hosts").write_text(
+                PRIORITY_INI.format(priority="ansible_group_priority=10" if priority else "")
+            )
+        return directory
+
+    # Same depth, same priority: the later group by name (b_site) wins, and proprietary is fine on Volta.
+    assert messages(inventory(False)) == []
+    # a_site with the higher priority wins: open modules on Volta, named where a_site sets it.
+    [problem] = messages(inventory(True))
+    assert "group a_site, for host node-01: nvidia_driver_flavor: found 'open' on profile dgx-1 (volta)" in problem
+
+
+def test_every_file_of_an_inventory_directory_is_read(tmp_path):
+    inv = write_inventory(tmp_path)
+    (inv / "zz-site.yml").write_text(
+        yaml.safe_dump({"all": {"children": {"gpu_nodes": {"hosts": {"node-02": {"nvidia_driver_branch": "595"}}}}}})
+    )
+    [problem] = messages(inv)
+    assert f"{inv / 'zz-site.yml'}: host node-02: nvidia_driver_branch: found 595 on profile dgx-1 (volta)" in problem
+
+
+def test_repeated_inventory_sources_are_all_read(tmp_path):
+    inv = write_inventory(tmp_path / "base")
+    overlay = tmp_path / "overlay.yml"
+    overlay.write_text(yaml.safe_dump({"gpu_nodes": {"hosts": {"node-01": {"nodeforge_reboot_policy": "sometimes"}}}}))
+    [problem] = messages([inv, overlay])
+    assert f"{overlay}: host node-01: nodeforge_reboot_policy: found 'sometimes'" in problem
+    assert messages([inv]) == []
+
+
+def test_extra_vars_with_quoted_spaces(tmp_path):
+    from nodeforge.cli import parse_extravars
+
+    assert parse_extravars(('site="x y" n=1',)) == {"site": "x y", "n": "1"}
+    result = CliRunner().invoke(
+        main, ["check", "-i", str(write_inventory(tmp_path)), "-e", 'nodeforge_reboot_policy="if needed"']
+    )
+    assert result.exit_code == 1
+    assert "command line (-e): all hosts: nodeforge_reboot_policy: found 'if needed'" in result.output

@@ -4,7 +4,7 @@ the same against the real containerd and dockerd; these cover the branches they 
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import re
 import tomllib
 from functools import partial
@@ -21,9 +21,7 @@ from tests import role_expressions
 ROLE = content.roles_dir() / "nvidia_container_toolkit"
 render = partial(role_expressions.render, "nvidia_container_toolkit")
 
-_spec = importlib.util.spec_from_file_location("containerd_config", ROLE / "filter_plugins" / "containerd_config.py")
-cc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cc)
+cc = importlib.import_module("ansible_collections.nodeforge.gpu.plugins.filter.containerd_config")
 
 CRI = 'plugins."io.containerd.grpc.v1.cri"'
 # Debian 12's /etc/containerd/config.toml as containerd 1.6.20~ds1-1+deb12u3 ships it.

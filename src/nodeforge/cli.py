@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import json
+import atexit
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 
 from nodeforge import __version__, checks, lab, report, scaffold
+from nodeforge.collection import inventory_check
 from nodeforge.runner import EXIT_ERROR, RunOptions, run_playbook
 
 
@@ -40,45 +42,81 @@ def _console(json_mode: bool = False) -> Console:
 
 
 def parse_extravars(values: tuple[str, ...]) -> dict[str, Any]:
-    """-e k=v, -e @file.yml (YAML or JSON), -e '{"json": "object"}'; later ones win, as with ansible-playbook."""
-    result: dict[str, Any] = {}
-    for raw in values:
-        if raw.startswith("@"):
-            path = Path(raw[1:])
-            try:
-                data = yaml.safe_load(path.read_text())
-            except OSError as exc:
-                raise click.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint="-e") from exc
-            except yaml.YAMLError as exc:
-                raise click.BadParameter(f"{path} is not valid YAML: {exc}", param_hint="-e") from exc
-            if not isinstance(data, dict):
-                raise click.BadParameter(f"{path} must hold a mapping of variables", param_hint="-e")
-            result.update(data)
-        elif raw.lstrip().startswith("{"):
-            try:
-                data = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise click.BadParameter(f"{raw!r} is not a JSON object: {exc}", param_hint="-e") from exc
-            result.update(data)
-        else:
-            for pair in raw.split():
-                if "=" not in pair:
-                    raise click.BadParameter(f"{pair!r}: expected key=value, @file or a JSON object", param_hint="-e")
-                key, value = pair.split("=", 1)
-                result[key] = value
-    return result
+    """-e as ansible-playbook reads it (Ansible's own parser): k=v with quoting, @file (YAML or JSON), a YAML/JSON
+    mapping; later ones win."""
+    from ansible.parsing.dataloader import DataLoader
+
+    try:
+        return checks.plain(inventory_check.parse_extra_vars(DataLoader(), values))
+    except (checks.CheckInputError, UnicodeError) as exc:
+        raise click.BadParameter(str(exc), param_hint="-e") from exc
+
+
+def inventory_options() -> list[Any]:
+    """How Ansible is told where the inventory is and how to open its vault: the same flags as ansible-playbook."""
+    return [
+        click.option(
+            "-i",
+            "--inventory",
+            "inventory",
+            required=True,
+            multiple=True,
+            help="Inventory file, directory or host list, as ansible-playbook takes it; repeatable.",
+        ),
+        click.option("--vault-id", "vault_ids", multiple=True, help="Vault identity (label@source); repeatable."),
+        click.option(
+            "--vault-password-file",
+            "--vault-pass-file",
+            "vault_password_files",
+            multiple=True,
+            help="File holding the vault password; repeatable.",
+        ),
+        click.option("-J", "--ask-vault-pass", "ask_vault_pass", is_flag=True, help="Ask for the vault password."),
+    ]
+
+
+@dataclass
+class Inputs:
+    """The inventory, -e values and vault settings of one invocation, read once and used by check and run."""
+
+    inventory: tuple[str, ...]
+    extra_vars: tuple[str, ...] = ()
+    vault_ids: tuple[str, ...] = ()
+    vault_password_files: tuple[str, ...] = ()
+    ask_vault_pass: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ask_vault_pass:
+            # Asked once, then handed to check and to ansible-playbook as a 0600 file that is removed at exit.
+            password = click.prompt("Vault password", hide_input=True, err=True)
+            handle = tempfile.NamedTemporaryFile("w", prefix="nodeforge-vault-", delete=False)  # noqa: SIM115
+            os.chmod(handle.name, 0o600)
+            handle.write(password)
+            handle.close()
+            atexit.register(os.unlink, handle.name)
+            self.vault_password_files = (*self.vault_password_files, handle.name)
+            self.ask_vault_pass = False
+
+    def problems(self) -> list[checks.Problem]:
+        try:
+            return checks.check_inventory(
+                list(self.inventory),
+                extra_vars=self.extra_vars,
+                vault_ids=self.vault_ids,
+                vault_password_files=self.vault_password_files,
+            )
+        except checks.CheckInputError as exc:
+            raise click.BadParameter(str(exc)) from exc
+
+    def vault_cmdline(self) -> list[str]:
+        args = [f"--vault-id={v}" for v in self.vault_ids]
+        return args + [f"--vault-password-file={f}" for f in self.vault_password_files]
 
 
 def ansible_options(func: Any) -> Any:
     """The options every verb that runs Ansible shares."""
     options = [
-        click.option(
-            "-i",
-            "--inventory",
-            required=True,
-            type=click.Path(exists=True),
-            help="Inventory file or directory.",
-        ),
+        *inventory_options(),
         click.option("-l", "--limit", help="Limit to hosts or groups (Ansible pattern)."),
         click.option("-t", "--tags", help="Only run tasks with these tags (comma-separated)."),
         click.option("--skip-tags", help="Skip tasks with these tags (comma-separated)."),
@@ -94,9 +132,9 @@ def ansible_options(func: Any) -> Any:
     return func
 
 
-def validate_or_exit(console: Console, inventory: str, extravars: dict[str, Any], json_mode: bool) -> None:
+def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> None:
     """The static check, run before any node is touched; exits non-zero on any problem."""
-    problems = checks.check_inventory(inventory, extravars)
+    problems = inputs.problems()
     if not problems:
         return
     if json_mode:
@@ -105,14 +143,15 @@ def validate_or_exit(console: Console, inventory: str, extravars: dict[str, Any]
     sys.exit(EXIT_ERROR)
 
 
-def run_verb(verb: str, inventory: str, json_mode: bool, **kw: Any) -> int:
+def run_verb(verb: str, inputs: Inputs, json_mode: bool, **kw: Any) -> int:
     spec = VERBS[verb]
     console = _console(json_mode)
-    extravars = parse_extravars(kw.pop("extra_vars", ()))
-    validate_or_exit(console, inventory, extravars, json_mode)
+    extravars = parse_extravars(inputs.extra_vars)
+    validate_or_exit(console, inputs, json_mode)
     opts = RunOptions(
-        inventory=inventory,
+        inventory=list(inputs.inventory),
         extravars=extravars,
+        vault=inputs.vault_cmdline(),
         check=kw.pop("check", False) or spec.check,
         diff=kw.pop("diff", False) or spec.diff,
         envvars=kw.pop("envvars", {}),
@@ -136,7 +175,7 @@ def main() -> None:
 def _make_verb(name: str, verb: Verb) -> None:
     @ansible_options
     def command(**kw: Any) -> None:
-        sys.exit(run_verb(name, kw.pop("inventory"), kw.pop("json_mode"), **kw))
+        sys.exit(run_verb(name, _inputs(kw), kw.pop("json_mode"), **kw))
 
     main.command(name=name, help=verb.help)(command)
 
@@ -145,14 +184,36 @@ for _name, _verb in VERBS.items():
     _make_verb(_name, _verb)
 
 
+def _inputs(kw: dict[str, Any]) -> Inputs:
+    """Take the inventory, -e and vault options out of a command's keyword arguments."""
+    return Inputs(
+        inventory=kw.pop("inventory"),
+        extra_vars=kw.pop("extra_vars", ()),
+        vault_ids=kw.pop("vault_ids", ()),
+        vault_password_files=kw.pop("vault_password_files", ()),
+        ask_vault_pass=kw.pop("ask_vault_pass", False),
+    )
+
+
+def _check_options(func: Any) -> Any:
+    options = [
+        *inventory_options(),
+        click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; checked too."),
+        click.option("--json", "json_mode", is_flag=True, help="Print the problems as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 @main.command()
-@click.option("-i", "--inventory", required=True, type=click.Path(exists=True), help="Inventory file or directory.")
-@click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; checked too.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the problems as JSON.")
-def check(inventory: str, extra_vars: tuple[str, ...], json_mode: bool) -> None:
+@_check_options
+def check(json_mode: bool, **kw: Any) -> None:
     """Validate an inventory without touching any node; report every problem at once."""
     console = _console(json_mode)
-    problems = checks.check_inventory(inventory, parse_extravars(extra_vars))
+    inputs = _inputs(kw)
+    problems = inputs.problems()
+    inventory = ", ".join(inputs.inventory)
     if json_mode:
         status = "invalid" if problems else "valid"
         report.print_json(Console(), {"status": status, "problems": [p.as_dict() for p in problems]})
@@ -216,7 +277,7 @@ def _lab_provision(name: str, json_mode: bool, **kw: Any) -> int:
         raise click.ClickException(f"lab {name} is not up (no {path}); run: nodeforge lab up")
     return run_verb(
         "provision",
-        str(path),
+        Inputs(inventory=(str(path),), extra_vars=kw.pop("extra_vars", ())),
         json_mode,
         envvars={"CONTAINERS_CONF": lab.podman_env()["CONTAINERS_CONF"]},
         **kw,

@@ -42,7 +42,7 @@ def state_dir() -> Path:
 
 @dataclass
 class RunOptions:
-    inventory: str | None = None
+    inventory: str | list[str] | None = None  # one source, or several (-i repeated)
     limit: str | None = None
     tags: str | None = None
     skip_tags: str | None = None
@@ -53,6 +53,7 @@ class RunOptions:
     forks: int | None = None
     keep_runs: int = DEFAULT_KEEP_RUNS
     envvars: dict[str, str] = field(default_factory=dict)
+    vault: list[str] = field(default_factory=list)  # --vault-id / --vault-password-file arguments
 
 
 @dataclass
@@ -171,7 +172,7 @@ class Canceller:
 
 
 def _cmdline(opts: RunOptions) -> str | None:
-    parts = []
+    parts = list(opts.vault)
     if opts.check:
         parts.append("--check")
     if opts.diff:
@@ -198,7 +199,13 @@ def run_playbook(
     envvars = {
         # ansible-playbook comes with the Python that runs nodeforge (the venv's bin/), whatever PATH says.
         "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]),
-        "ANSIBLE_ROLES_PATH": str(content.roles_dir()),
+        # The nodeforge.gpu collection this package ships comes first; the `ansible` package's collections follow.
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
+            [
+                str(content.collections_dir()),
+                *filter(None, os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)),
+            ]
+        ),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",
@@ -225,7 +232,9 @@ def run_playbook(
         "suppress_env_files": True,
     }
     if opts.inventory:
-        kwargs["inventory"] = str(Path(opts.inventory).resolve())
+        # Files and directories by absolute path; a host list ("node-01,node-02,") as it is.
+        sources = [opts.inventory] if isinstance(opts.inventory, str) else opts.inventory
+        kwargs["inventory"] = [str(Path(i).resolve()) if Path(i).exists() else i for i in sources]
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
 
     previous: dict[int, Any] = {}

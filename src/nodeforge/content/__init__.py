@@ -1,4 +1,5 @@
-"""Locate the Ansible content (playbooks, roles, sample inventories) shipped with the package."""
+"""Locate the Ansible content shipped with the package: the nodeforge.gpu collection (its roles/ and playbooks/
+are the repository's top-level ones) and the sample inventories."""
 
 from __future__ import annotations
 
@@ -6,39 +7,46 @@ from functools import cache
 from importlib.resources import as_file, files
 from pathlib import Path
 
-import yaml
+COLLECTION = ("ansible_collections", "nodeforge", "gpu")
 
 
 @cache
 def root() -> Path:
-    """The directory holding playbooks/, roles/ and inventories/ (a real path, for ansible-runner)."""
+    """The directory holding collections/ and inventories/ (a real path, for ansible-runner)."""
     traversable = files("nodeforge.content")
     # Packages installed as directories (wheel or editable) are real paths; as_file covers zipped installs.
     with as_file(traversable) as path:
         return Path(path).resolve()
 
 
+def collections_dir() -> Path:
+    """The collections path entry that holds nodeforge.gpu (ANSIBLE_COLLECTIONS_PATH for every run)."""
+    return root() / "collections"
+
+
+def collection_dir() -> Path:
+    return collections_dir().joinpath(*COLLECTION)
+
+
 def playbook(name: str) -> Path:
-    return root() / "playbooks" / name
+    return collection_dir() / "playbooks" / name
 
 
 def roles_dir() -> Path:
-    return root() / "roles"
+    return collection_dir() / "roles"
 
 
 def role_files(role: str) -> Path:
     return roles_dir() / role / "files"
 
 
-@cache
 def manifest() -> dict:
-    return yaml.safe_load((role_files("nodeforge") / "manifest.yml").read_text())
+    from nodeforge.collection import model
+
+    return model.manifest()
 
 
-@cache
 def profiles() -> dict[str, dict]:
-    result = {}
-    for path in sorted((role_files("nodeforge") / "profiles").glob("*.yml")):
-        data = yaml.safe_load(path.read_text())
-        result[data["name"]] = data
-    return result
+    from nodeforge.collection import model
+
+    return model.profiles()

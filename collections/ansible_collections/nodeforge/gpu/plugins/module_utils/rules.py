@@ -1,24 +1,22 @@
-"""Cross-variable rules: every inventory-wide rule lives here, run by `nodeforge check` before any node is touched.
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Cross-variable rules: every inventory-wide rule lives here, once.
 
-Each rule looks at one host's effective values: the inventory's value, else the hardware profile's default,
-else the version manifest's default, else the role default from argument_specs. A violation names the source
-of the deciding value so the operator knows which file to edit.
+`nodeforge check`, the validation play that opens every playbook (action nodeforge.gpu.validate_inventory) and
+so AWX and plain ansible-playbook runs all evaluate these same functions on each host's effective values
+(model.HostModel). A violation names the source of the deciding value so the operator knows which file to edit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-from nodeforge import specs
-from nodeforge.inventory import Definition
+from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, is_empty
 
 PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
 LAST_BRANCH_PRE_TURING = 580
 NVIDIA_PEERMEM_FIRST_BRANCH = 470
-# Variables whose role default "" means "the version manifest's": (section, key) there.
-MANIFEST_DEFAULTS = {"nvidia_driver_branch": ("nvidia_driver", "branch"), "ofed_mode": ("ofed", "mode")}
 
 
 @dataclass(frozen=True)
@@ -29,72 +27,7 @@ class Violation:
     expected: str
 
 
-@dataclass(frozen=True)
-class Value:
-    value: Any
-    origin: str  # "file: group X" / "file: host Y" / "profile X (default)" / "version manifest (default)" / ...
-    explicit: bool  # set in the inventory
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    """What Ansible's combine(recursive=true) does: dicts merge key by key, anything else is replaced."""
-    result = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = deep_merge(result[key], value)
-        else:
-            result[key] = value
-    return result
-
-
-class HostContext:
-    def __init__(self, host: str, defs: dict[str, Definition], profiles: dict[str, dict], manifest: dict):
-        self.host = host
-        self.defs = defs
-        # The roles see the manifest with the host's overrides merged in (roles/nodeforge/tasks/main.yml).
-        overrides = defs["nodeforge_manifest_overrides"].value if "nodeforge_manifest_overrides" in defs else None
-        self.manifest = deep_merge(manifest, overrides) if isinstance(overrides, dict) else manifest
-        self.profile_name = str(defs["nodeforge_profile"].value) if "nodeforge_profile" in defs else ""
-        self.profile = profiles.get(self.profile_name)
-
-    @property
-    def arch(self) -> str:
-        return (self.profile or {}).get("gpu", {}).get("architecture", "")
-
-    def get(self, name: str) -> Value | None:
-        """The effective value, or None when unset or templated (a template's value is only known on the node)."""
-        d = self.defs.get(name)
-        if d is not None:
-            if isinstance(d.value, str) and ("{{" in d.value or "{%" in d.value):
-                return None
-            return Value(d.value, str(d.source), True)
-        if self.profile and name in self.profile.get("defaults", {}):
-            return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
-        if name in MANIFEST_DEFAULTS:
-            section, key = MANIFEST_DEFAULTS[name]
-            value = self.manifest.get(section, {}).get(key)
-            if value not in (None, ""):
-                overrides = self.defs.get("nodeforge_manifest_overrides")
-                table = overrides.value.get(section) if overrides and isinstance(overrides.value, dict) else None
-                if isinstance(table, dict) and key in table:
-                    return Value(value, f"{overrides.source} (nodeforge_manifest_overrides {section}.{key})", False)
-                return Value(value, f"version manifest {section}.{key} (default)", False)
-        spec = specs.all_vars().get(name)
-        if spec is not None and spec.default not in (None, ""):
-            return Value(spec.default, f"role {spec.role} (default)", False)
-        return None
-
-    def branch(self) -> tuple[int, Value] | None:
-        value = self.get("nvidia_driver_branch")
-        if value is None:
-            return None
-        try:
-            return int(str(value.value)), value
-        except ValueError:
-            return None  # a type problem, reported by the schema check
-
-
-Rule = Callable[[HostContext], Iterator[Violation]]
+Rule = Callable[[HostModel], Iterator[Violation]]
 RULES: list[Rule] = []
 
 
@@ -104,7 +37,7 @@ def rule(func: Rule) -> Rule:
 
 
 @rule
-def open_modules_need_turing(ctx: HostContext) -> Iterator[Violation]:
+def open_modules_need_turing(ctx: HostModel) -> Iterator[Violation]:
     flavor = ctx.get("nvidia_driver_flavor")
     if flavor and flavor.value == "open" and ctx.arch in PRE_TURING:
         yield Violation(
@@ -116,7 +49,7 @@ def open_modules_need_turing(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def branch_supports_architecture(ctx: HostContext) -> Iterator[Violation]:
+def branch_supports_architecture(ctx: HostModel) -> Iterator[Violation]:
     found = ctx.branch()
     if found and ctx.arch in PRE_TURING and found[0] > LAST_BRANCH_PRE_TURING:
         branch, value = found
@@ -129,7 +62,7 @@ def branch_supports_architecture(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def driver_version_matches_branch(ctx: HostContext) -> Iterator[Violation]:
+def driver_version_matches_branch(ctx: HostModel) -> Iterator[Violation]:
     version = ctx.get("nvidia_driver_version")
     found = ctx.branch()
     if version and version.explicit and version.value and found and not str(version.value).startswith(f"{found[0]}."):
@@ -142,7 +75,7 @@ def driver_version_matches_branch(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def peer_memory_module_matches_branch(ctx: HostContext) -> Iterator[Violation]:
+def peer_memory_module_matches_branch(ctx: HostModel) -> Iterator[Violation]:
     module = ctx.get("gpudirect_rdma_module")
     found = ctx.branch()
     if not module or not found:
@@ -166,18 +99,18 @@ def peer_memory_module_matches_branch(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def choices_supported_by_os(ctx: HostContext) -> Iterator[Violation]:
+def choices_supported_by_os(ctx: HostModel) -> Iterator[Violation]:
     os_value = ctx.get("nodeforge_os")
     if not os_value or not os_value.value:
         return
     os_name = str(os_value.value)
-    for variable, table in ctx.manifest.get("os_support", {}).items():
+    for variable, choices in table(ctx.manifest, "os_support").items():
         choice = ctx.get(variable)
         if not choice or choice.value in (None, ""):
             continue
-        supported = table.get(str(choice.value))
+        supported = choices.get(str(choice.value)) if isinstance(choices, dict) else None
         if supported is not None and os_name not in supported:
-            usable = [c for c, oses in table.items() if os_name in oses]
+            usable = [c for c, oses in choices.items() if os_name in (oses or [])]
             yield Violation(
                 choice.origin,
                 variable,
@@ -187,13 +120,13 @@ def choices_supported_by_os(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def distro_ships_the_branch(ctx: HostContext) -> Iterator[Violation]:
+def distro_ships_the_branch(ctx: HostModel) -> Iterator[Violation]:
     source = ctx.get("nvidia_driver_source")
     os_value = ctx.get("nodeforge_os")
     found = ctx.branch()
     if not (source and source.value == "distro" and os_value and os_value.value and found):
         return
-    shipped = [str(b) for b in ctx.manifest["nvidia_driver"].get("distro_branches", {}).get(str(os_value.value), [])]
+    shipped = [str(b) for b in table(ctx.manifest, "nvidia_driver", "distro_branches").get(str(os_value.value)) or []]
     if shipped and str(found[0]) not in shipped:
         yield Violation(
             found[1].origin,
@@ -204,29 +137,34 @@ def distro_ships_the_branch(ctx: HostContext) -> Iterator[Violation]:
         )
 
 
-def _missing(table: dict, *keys: str) -> list[str]:
-    return [key for key in keys if table.get(key) in (None, "")]
+def table(manifest: dict, *keys: str) -> dict:
+    """A section of the (overridden) manifest; a non-mapping anywhere on the way reads as empty."""
+    for key in keys:
+        manifest = manifest.get(key) if isinstance(manifest, dict) else None
+    return manifest if isinstance(manifest, dict) else {}
 
 
-def _unverified_tarball(ctx: HostContext, prefix: str, table: str, why: str, deciding: Value) -> Iterator[Violation]:
+def _missing(data: dict, *keys: str) -> list[str]:
+    return [key for key in keys if is_empty(data.get(key))]
+
+
+def _unverified_tarball(ctx: HostModel, prefix: str, section: str, why: str, deciding: Value) -> Iterator[Violation]:
     """A tarball needs a URL and a checksum: the host's own <prefix>_url/_checksum, else the manifest's <table>."""
-    manifest = ctx.manifest
-    for part in table.split("."):
-        manifest = (manifest or {}).get(part) or {}
+    manifest = table(ctx.manifest, *section.split("."))
     for field in ("url", "checksum"):
         own = ctx.get(f"{prefix}_{field}")
         if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
             yield Violation(
                 own.origin if own else deciding.origin,
                 f"{prefix}_{field}",
-                f"no {field} for the {table.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin})",
-                f"{prefix}_{field}, or {table}.{field} in nodeforge_manifest_overrides"
+                f"no {field} for the {section.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin})",
+                f"{prefix}_{field}, or {section}.{field} in nodeforge_manifest_overrides"
                 + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
             )
 
 
 @rule
-def source_tarballs_are_verified(ctx: HostContext) -> Iterator[Violation]:
+def source_tarballs_are_verified(ctx: HostModel) -> Iterator[Violation]:
     """nv_peer_mem and GDRCopy are built from tarballs: an unverifiable one is refused here, before any node."""
     module = ctx.get("gpudirect_rdma_module")
     if module and module.value == "nv_peer_mem":
@@ -245,7 +183,7 @@ def source_tarballs_are_verified(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def mlnx_ofed_tarball_is_verified(ctx: HostContext) -> Iterator[Violation]:
+def mlnx_ofed_tarball_is_verified(ctx: HostModel) -> Iterator[Violation]:
     """The legacy MLNX_OFED tarball runs its installer as root: never without a checksum."""
     mode = ctx.get("ofed_mode")
     if mode and mode.value == "mlnx_ofed":
@@ -253,7 +191,7 @@ def mlnx_ofed_tarball_is_verified(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def selinux_disabled_needs_opt_in(ctx: HostContext) -> Iterator[Violation]:
+def selinux_disabled_needs_opt_in(ctx: HostModel) -> Iterator[Violation]:
     """Turning SELinux off is never a side effect: selinux_modules_state disabled needs the explicit opt-in."""
     state = ctx.get("selinux_modules_state")
     allowed = ctx.get("selinux_modules_allow_disabled")
@@ -268,19 +206,19 @@ def selinux_disabled_needs_opt_in(ctx: HostContext) -> Iterator[Violation]:
 
 
 @rule
-def grid_driver_is_named(ctx: HostContext) -> Iterator[Violation]:
+def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
     """vGPU guests install the GRID guest driver from a local mirror the manifest must name."""
     source = ctx.get("nvidia_driver_source")
     vgpu = bool((ctx.profile or {}).get("gpu", {}).get("vgpu"))
     if not ((source and source.value == "grid") or (source is None and vgpu)):
         return
     origin = source.origin if source else f"profile {ctx.profile_name} (vGPU guest: source grid)"
-    grid = ctx.manifest["nvidia_driver"].get("grid") or {}
+    grid = table(ctx.manifest, "nvidia_driver", "grid")
     os_value = ctx.get("nodeforge_os")
     os_name = str(os_value.value) if os_value and os_value.value else ""
     formats = ["rpm"] if os_name.startswith(("rhel", "rocky")) else ["deb"] if os_name else ["deb", "rpm"]
     missing = _missing(grid, "version", "package")
-    if all((grid.get(fmt) or {}).get("url") in (None, "") for fmt in formats):
+    if all(is_empty(table(grid, fmt).get("url")) for fmt in formats):
         missing.append(f"{'|'.join(formats)}.url")
     if missing:
         yield Violation(
@@ -292,6 +230,6 @@ def grid_driver_is_named(ctx: HostContext) -> Iterator[Violation]:
         )
 
 
-def evaluate(ctx: HostContext) -> Iterator[Violation]:
+def evaluate(ctx: HostModel) -> Iterator[Violation]:
     for check in RULES:
         yield from check(ctx)

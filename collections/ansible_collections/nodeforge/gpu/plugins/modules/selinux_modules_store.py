@@ -1,5 +1,5 @@
 #!/usr/bin/python
-# Part of the nodeforge selinux_modules role (Apache-2.0).
+# Part of the nodeforge.gpu collection, used by its selinux_modules role (Apache-2.0).
 """Read-only: the SELinux policy modules in a policy store, and the name and version of some of them."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ description:
   - Runs C(semodule -s STORE --list-modules=full) and, for each module in O(names) installed at O(priority),
     C(semodule -s STORE -X PRIORITY -E NAME) in a temporary directory, then reads the module name and version from
     the header of the extracted policy package (.pp).
-  - policycoreutils 2.5 and later (CIL store: Debian 10+, EL 8+) no longer print versions in C(semodule -l); the
-    version a .pp carries is still in the store, in the module as it was installed, which is what this reads.
+  - policycoreutils 2.5 and later (the CIL store of Debian 10+ and EL 8+) no longer print versions in
+    C(semodule -l); the version a .pp carries is still in the store, in the module as it was installed, which is
+    what this reads.
   - A module installed from CIL has no version (C(version) is empty).
   - Never changes the store; runs in check mode too.
 options:

@@ -1,0 +1,35 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters over module_utils.parsers: the roles parse tool output with these, never with Jinja chains."""
+
+from __future__ import annotations
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
+
+DOCUMENTATION = r"""
+name: madison
+short_description: nodeforge.gpu output parsers (madison, dpkg_query_status, dkms_status, choose_version)
+description:
+  - C(madison) lists the versions of C(apt-cache madison PKG) once each, in apt's order.
+  - C(dpkg_query_status) reads C(dpkg-query --showformat='${db:Status-Abbrev}${Version}') into installed, held
+    and version.
+  - C(dkms_status) reads C(dkms status) into a list of name, version, kernel, arch and state.
+  - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
+author: nodeforge
+options:
+  _input:
+    description: The command's stdout (for choose_version, the list of available versions).
+    type: raw
+    required: true
+"""
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "madison": parsers.madison,
+            "dpkg_query_status": parsers.dpkg_query_status,
+            "dkms_status": parsers.dkms_status,
+            "choose_version": parsers.choose_version,
+            "deb_version_compare": parsers.deb_version_compare,
+        }

@@ -1,0 +1,220 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The one model of nodeforge's configuration: where a setting's effective value comes from.
+
+A role variable left empty takes the hardware profile's default, then the version manifest's, then the role
+default of meta/argument_specs.yml: the chain that `nodeforge check`, the validation play that opens every
+playbook and the roles all follow, so it is written once, here. The data (version manifest, hardware profiles,
+argument specs) are files of the collection's roles, read from where this file is installed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import yaml
+
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GLOBAL_PREFIX = "nodeforge_"
+WORKER_GROUP = "gpu_nodes"
+# Variables whose role default "" means "the version manifest's": (section, key) there.
+MANIFEST_DEFAULTS = {"nvidia_driver_branch": ("nvidia_driver", "branch"), "ofed_mode": ("ofed", "mode")}
+
+
+def roles_dir(root: str | None = None) -> str:
+    return os.path.join(root or COLLECTION_ROOT, "roles")
+
+
+def _load_yaml(path: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+@cache
+def manifest(root: str | None = None) -> dict:
+    """The version manifest as shipped (roles/nodeforge/files/manifest.yml), before any host's overrides."""
+    return _load_yaml(os.path.join(roles_dir(root), "nodeforge", "files", "manifest.yml"))
+
+
+@cache
+def profiles(root: str | None = None) -> dict[str, dict]:
+    """Hardware profiles by name (roles/nodeforge/files/profiles/*.yml)."""
+    directory = os.path.join(roles_dir(root), "nodeforge", "files", "profiles")
+    result = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".yml"):
+            data = _load_yaml(os.path.join(directory, name))
+            result[data["name"]] = data
+    return result
+
+
+@dataclass(frozen=True)
+class VarSpec:
+    """One variable of a role's meta/argument_specs.yml."""
+
+    name: str
+    role: str
+    spec: dict
+
+    @property
+    def type(self) -> str:
+        return self.spec.get("type", "str")
+
+    @property
+    def choices(self) -> list | None:
+        return self.spec.get("choices")
+
+    @property
+    def required(self) -> bool:
+        return bool(self.spec.get("required", False))
+
+    @property
+    def default(self) -> Any:
+        return self.spec.get("default")
+
+    @property
+    def no_log(self) -> bool:
+        return bool(self.spec.get("no_log", False))
+
+    @property
+    def description(self) -> str:
+        desc = self.spec.get("description", "")
+        return " ".join(desc) if isinstance(desc, list) else str(desc)
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    role: str
+    path: str
+    short_description: str
+    options: dict[str, VarSpec]
+
+
+def load_role_spec(role_dir: str) -> RoleSpec | None:
+    spec_file = os.path.join(role_dir, "meta", "argument_specs.yml")
+    if not os.path.isfile(spec_file):
+        return None
+    role = os.path.basename(role_dir)
+    main = ((_load_yaml(spec_file) or {}).get("argument_specs") or {}).get("main") or {}
+    options = {name: VarSpec(name, role, spec or {}) for name, spec in (main.get("options") or {}).items()}
+    return RoleSpec(role, spec_file, main.get("short_description", ""), options)
+
+
+@cache
+def role_specs(root: str | None = None) -> dict[str, RoleSpec]:
+    """Every role's argument specs: the one schema that check, the validation play and the roles enforce."""
+    directory = roles_dir(root)
+    result = {}
+    for name in sorted(os.listdir(directory)):
+        spec = load_role_spec(os.path.join(directory, name))
+        if spec:
+            result[spec.role] = spec
+    return result
+
+
+@cache
+def all_vars(root: str | None = None) -> dict[str, VarSpec]:
+    return {name: v for spec in role_specs(root).values() for name, v in spec.options.items()}
+
+
+@cache
+def prefixes(root: str | None = None) -> tuple[str, ...]:
+    """Variable prefixes that are ours: one per role, plus the cross-role `nodeforge_`."""
+    return tuple(sorted({f"{role}_" for role in role_specs(root)} | {GLOBAL_PREFIX}, key=len, reverse=True))
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """What Ansible's combine(recursive=true) does: mappings merge key by key, anything else is replaced."""
+    result = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(result.get(key), Mapping):
+            result[key] = deep_merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def is_templated(value: Any) -> bool:
+    """A Jinja expression's value is only known on the node: static checks leave it alone."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def is_empty(value: Any) -> bool:
+    """The roles treat an empty setting as unset (`| default(x, true)`): so does the model."""
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any
+    origin: str  # "file: group X" / "file: host Y" / "profile X (default)" / "version manifest ... (default)" / ...
+    explicit: bool  # set in the inventory (or on the command line)
+
+
+class HostModel:
+    """One host's effective settings: the inventory's value, else the profile's, the manifest's, the role's.
+
+    `variables` are the host's variables as Ansible resolved them (inventory, group_vars, host_vars, -e);
+    `origins` names where each was set, for messages.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        variables: Mapping[str, Any],
+        origins: Mapping[str, str] | None = None,
+        root: str | None = None,
+    ):
+        self.host = host
+        self.variables = variables
+        self.origins = origins or {}
+        self.defaults = all_vars(root)
+        overrides = variables.get("nodeforge_manifest_overrides")
+        base = manifest(root)
+        # The roles see the manifest with the host's overrides merged in (roles/nodeforge/tasks/main.yml).
+        self.manifest = deep_merge(base, overrides) if isinstance(overrides, Mapping) else base
+        profile = variables.get("nodeforge_profile")
+        self.profile_name = str(profile) if isinstance(profile, str) else ""
+        self.profile = profiles(root).get(self.profile_name)
+
+    @property
+    def arch(self) -> str:
+        return (self.profile or {}).get("gpu", {}).get("architecture", "")
+
+    def origin(self, name: str) -> str:
+        return self.origins.get(name, f"host {self.host}")
+
+    def get(self, name: str) -> Value | None:
+        """The effective value, or None when unset or templated (a template's value is only known on the node)."""
+        if name in self.variables and not is_empty(self.variables[name]):
+            value = self.variables[name]
+            return None if is_templated(value) else Value(value, self.origin(name), True)
+        if self.profile and not is_empty(self.profile.get("defaults", {}).get(name)):
+            return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
+        if name in MANIFEST_DEFAULTS:
+            section, key = MANIFEST_DEFAULTS[name]
+            value = (self.manifest.get(section) or {}).get(key)
+            if not is_empty(value):
+                overrides = self.variables.get("nodeforge_manifest_overrides")
+                table = overrides.get(section) if isinstance(overrides, Mapping) else None
+                if isinstance(table, Mapping) and key in table:
+                    origin = self.origin("nodeforge_manifest_overrides")
+                    return Value(value, f"{origin} (nodeforge_manifest_overrides {section}.{key})", False)
+                return Value(value, f"version manifest {section}.{key} (default)", False)
+        spec = self.defaults.get(name)
+        if spec is not None and not is_empty(spec.default):
+            return Value(spec.default, f"role {spec.role} (default)", False)
+        return None
+
+    def branch(self) -> tuple[int, Value] | None:
+        value = self.get("nvidia_driver_branch")
+        if value is None:
+            return None
+        try:
+            return int(str(value.value)), value
+        except ValueError:
+            return None  # a type problem, reported by the schema check

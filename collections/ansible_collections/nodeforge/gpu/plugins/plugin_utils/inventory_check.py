@@ -1,0 +1,512 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""`nodeforge check` on Ansible's own reading of the inventory: one code path for the CLI and the playbooks.
+
+The inventory is what Ansible's InventoryManager and VariableManager make of it (INI, YAML, directories,
+group_vars/host_vars, vault, group priority, inventory plugins); each variable definition keeps the file that
+set it (found with the DataLoader's own lookup of group_vars/host_vars files) so that every problem names the
+file, the group or host, the variable, what was found and what was expected. Values are validated with Ansible's
+ArgumentSpecValidator against the roles' meta/argument_specs.yml, then the cross-variable rules (module_utils
+rules) run on each worker's effective values. The CLI builds the view from its options (load()); the validation
+play's action plugin builds it from the running playbook's inventory (from_hostvars()): both call check().
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ansible.errors import AnsibleError, AnsibleParserError
+from ansible.inventory.helpers import sort_groups
+from ansible.inventory.manager import IGNORED, InventoryManager
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.parsing.dataloader import DataLoader
+from ansible.parsing.splitter import parse_kv
+from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
+from ansible.utils.display import Display
+from ansible.utils.vars import combine_vars
+from ansible.vars.manager import VariableManager
+from ansible_collections.nodeforge.gpu.plugins.module_utils import model, rules
+
+EXTRA_VARS = "command line (-e)"
+SECRET = "********"
+
+
+class CheckInputError(Exception):
+    """Input that cannot even be read (an -e value, a vault secret): reported before anything is checked."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # a file (with line when known), or the inventory path
+    scope: str  # "group gpu_nodes", "host node-01", "hosts node-01, node-02"
+    variable: str  # may be "" for inventory-level problems
+    found: str
+    expected: str
+
+    def __str__(self) -> str:
+        parts = [self.where, self.scope]
+        if self.variable:
+            parts.append(self.variable)
+        return ": ".join(p for p in parts if p) + f": found {self.found}; expected {self.expected}"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "where": self.where,
+            "scope": self.scope,
+            "variable": self.variable,
+            "found": self.found,
+            "expected": self.expected,
+        }
+
+
+@dataclass
+class Definition:
+    name: str
+    value: Any
+    where: str  # the file
+    scope: str  # "group X" / "host Y" / "all hosts"
+
+    @property
+    def origin(self) -> str:
+        return f"{self.where}: {self.scope}"
+
+
+# ---- reading -------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _captured_warnings():
+    """Ansible reports an unparsable inventory source only as warnings: collect them as problems instead."""
+    display = Display()
+    caught: list[str] = []
+    original = display.warning
+
+    def warning(msg, formatted=False):
+        caught.append(to_text(msg))
+
+    display.warning = warning
+    try:
+        yield caught
+    finally:
+        display.warning = original
+
+
+def _error_position(exc: AnsibleError) -> tuple[str, int | None]:
+    obj = getattr(exc, "obj", None)
+    pos = getattr(obj, "ansible_pos", None)
+    if pos:
+        return pos[0], pos[1]
+    return "", None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), str(text))
+
+
+def _parse_failure(text: str) -> str:
+    """Ansible's multi-plugin failure text, down to the lines that say what is wrong."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines[:6])
+
+
+class InventoryView:
+    """An inventory as Ansible reads it, with the file of each variable definition."""
+
+    def __init__(self, loader: DataLoader, inventory: InventoryManager, variable_manager: VariableManager):
+        self.loader = loader
+        self.inventory = inventory
+        self.variable_manager = variable_manager
+        self.sources = [s for s in inventory._sources if isinstance(s, str)]
+        self.errors: list[Problem] = []
+        self.group_defs: dict[str, list[Definition]] = defaultdict(list)  # inventory files, by group
+        self.host_defs: dict[str, list[Definition]] = defaultdict(list)
+        self.group_file_defs: dict[str, list[Definition]] = defaultdict(list)  # group_vars/ files, by group
+        self.host_file_defs: dict[str, list[Definition]] = defaultdict(list)
+        self.extra = [Definition(str(k), v, EXTRA_VARS, "all hosts") for k, v in variable_manager.extra_vars.items()]
+        self._read_inventory_files()
+        self._read_vars_files()
+
+    @classmethod
+    def from_hostvars(cls, hostvars: Any) -> InventoryView:
+        """The view of a running playbook (an action plugin's task_vars['hostvars'])."""
+        return cls(hostvars._loader, hostvars._inventory, hostvars._variable_manager)
+
+    # Inventory files: each one parsed on its own, to know which file set a group's or a host's variables.
+    def _inventory_files(self, source: str) -> list[str]:
+        if os.path.isdir(source):
+            found = []
+            for name in sorted(os.listdir(source)):
+                if not IGNORED.search(to_bytes(name)):
+                    found += self._inventory_files(os.path.join(source, name))
+            return found
+        return [source] if os.path.exists(source) else []
+
+    def _read_inventory_files(self) -> None:
+        for source in self.sources:
+            if not os.path.exists(source):
+                continue  # a host list such as "node-01,": no file holds variables
+            for path in self._inventory_files(source):
+                with _captured_warnings():
+                    single = InventoryManager(loader=self.loader, sources=[path])
+                for group in single.groups.values():
+                    self.group_defs[group.name] += [
+                        Definition(str(k), v, path, f"group {group.name}") for k, v in group.vars.items()
+                    ]
+                for host in single.hosts.values():
+                    self.host_defs[host.name] += [
+                        Definition(str(k), v, path, f"host {host.name}") for k, v in host.vars.items()
+                    ]
+
+    def _load_vars_file(self, path: str) -> Any:
+        try:
+            return self.loader.load_from_file(path, cache="all", unsafe=True)
+        except AnsibleParserError as exc:
+            where, line = _error_position(exc)
+            message = _first_line(getattr(exc, "message", exc))
+            if "YAML" in message:
+                problem = getattr(getattr(exc, "orig_exc", None), "problem", None)
+                message = f"YAML syntax error: {problem}" if problem else message
+            self.errors.append(
+                Problem(f"{where or path}:{line}" if line else path, "", "", message, "a file Ansible can load")
+            )
+        except AnsibleError as exc:
+            self.errors.append(Problem(path, "", "", _first_line(getattr(exc, "message", exc)), "a readable file"))
+        return None
+
+    def _read_vars_files(self) -> None:
+        """group_vars/ and host_vars/ beside each inventory source, as Ansible's host_group_vars plugin finds them."""
+        seen: set[str] = set()
+        for source in self.sources:
+            if not os.path.exists(source):
+                continue
+            base = source if os.path.isdir(source) else os.path.dirname(source)
+            for kind, names, target in (
+                ("group_vars", [g.name for g in self.inventory.groups.values()], self.group_file_defs),
+                ("host_vars", [h.name for h in self.inventory.hosts.values()], self.host_file_defs),
+            ):
+                directory = os.path.join(base, kind)
+                if not os.path.isdir(directory):
+                    continue
+                scope = "group" if kind == "group_vars" else "host"
+                for name in names:
+                    for path in self.loader.find_vars_files(directory, name):
+                        path = to_text(path)
+                        if path in seen:
+                            continue
+                        seen.add(path)
+                        data = self._load_vars_file(path)
+                        if data is None:
+                            continue
+                        if not isinstance(data, Mapping):
+                            self.errors.append(Problem(path, "", "", "not a mapping", "a mapping of variables"))
+                            continue
+                        target[name] += [Definition(str(k), v, path, f"{scope} {name}") for k, v in data.items()]
+
+    # ---- queries ---------------------------------------------------------------------------------------
+    def definitions(self) -> list[Definition]:
+        every = [d for table in (self.group_defs, self.group_file_defs, self.host_defs, self.host_file_defs)
+                 for defs in table.values() for d in defs]  # fmt: skip
+        return every + self.extra
+
+    def hosts_of(self, group: str) -> list[str]:
+        if group not in self.inventory.groups:
+            return []
+        return sorted(h.name for h in self.inventory.groups[group].get_hosts())
+
+    def _candidates(self, host: str) -> list[Definition]:
+        """The host's definitions from lowest to highest precedence (Ansible's variable precedence list)."""
+        groups = sort_groups(self.inventory.hosts[host].get_groups())
+        ordered = [d for g in groups for d in self.group_defs.get(g.name, [])]
+        ordered += self.group_file_defs.get("all", [])
+        ordered += [d for g in groups if g.name != "all" for d in self.group_file_defs.get(g.name, [])]
+        ordered += self.host_defs.get(host, []) + self.host_file_defs.get(host, [])
+        return ordered + self.extra
+
+    def host_variables(self, host: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """The host's variables as Ansible resolves them, and the file and scope each one's value came from."""
+        resolved = self.variable_manager.get_vars(
+            host=self.inventory.hosts[host], include_hostvars=False, include_delegate_to=False
+        )
+        candidates: dict[str, list[Definition]] = defaultdict(list)
+        for d in self._candidates(host):
+            candidates[d.name].append(d)
+        variables, origins = {}, {}
+        for name, defs in candidates.items():
+            value = resolved.get(name, defs[-1].value)
+            variables[name] = value
+            winner = next((d for d in reversed(defs) if d.value == value), defs[-1])
+            origins[name] = winner.origin
+        return variables, origins
+
+
+def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) -> dict:
+    """-e as ansible-playbook reads it (key=value with quoting, @file, YAML/JSON); later values win."""
+    result: dict = {}
+    for raw in values:
+        text = to_text(raw)
+        if not text:
+            continue
+        try:
+            if text.startswith("@"):
+                data = loader.load_from_file(text[1:])
+            elif text[0] in "[{":
+                data = loader.load(text)
+            else:
+                data = parse_kv(text)
+        except AnsibleError as exc:
+            raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}") from exc
+        if not isinstance(data, Mapping) or "_raw_params" in data:
+            raise CheckInputError(f"-e {text!r}: expected key=value pairs, @file (YAML or JSON) or a YAML/JSON mapping")
+        result = combine_vars(result, data)
+    return result
+
+
+def load(
+    sources: list[str],
+    extra_vars: list[str] | tuple[str, ...] = (),
+    vault_ids: list[str] | tuple[str, ...] = (),
+    vault_password_files: list[str] | tuple[str, ...] = (),
+    ask_vault_pass: bool = False,
+) -> InventoryView:
+    """The view the CLI checks: the inventory sources and -e values as ansible-playbook would read them."""
+    from ansible.cli import CLI
+
+    loader = DataLoader()
+    if vault_ids or vault_password_files or ask_vault_pass:
+        try:
+            secrets = CLI.setup_vault_secrets(
+                loader,
+                vault_ids=list(vault_ids),
+                vault_password_files=list(vault_password_files),
+                ask_vault_pass=ask_vault_pass,
+            )
+        except AnsibleError as exc:
+            raise CheckInputError(f"vault: {_first_line(getattr(exc, 'message', exc))}") from exc
+        loader.set_vault_secrets(secrets)
+    sources = [os.path.abspath(s) if os.path.exists(s) else s for s in sources]
+    with _captured_warnings() as warnings:
+        inventory = InventoryManager(loader=loader, sources=sources)
+    variable_manager = VariableManager(loader=loader, inventory=inventory)
+    variable_manager._extra_vars = parse_extra_vars(loader, extra_vars)
+    view = InventoryView(loader, inventory, variable_manager)
+    view.errors[:0] = _source_problems(sources, warnings)
+    return view
+
+
+def _source_problems(sources: list[str], warnings: list[str]) -> list[Problem]:
+    problems = []
+    for source in sources:
+        failures = [w for w in warnings if source in w]
+        if not os.path.exists(source) and "," not in source:
+            problems.append(Problem(source, "", "", "no such file or directory", "an inventory file or directory"))
+        elif any("Unable to parse" in w or "Failed to parse" in w for w in failures):
+            problems.append(
+                Problem(
+                    source,
+                    "",
+                    "",
+                    "not readable as an inventory: " + _parse_failure("\n".join(failures)),
+                    "an inventory Ansible can parse (INI, YAML, a directory of them, or an inventory plugin file)",
+                )
+            )
+    return problems
+
+
+# ---- checking ------------------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """Vault-encrypted values decrypted (they are validated like any other), containers as plain ones."""
+    if isinstance(value, AnsibleVaultEncryptedUnicode):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _has_template(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return any(_has_template(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_template(v) for v in value)
+    return model.is_templated(value)
+
+
+def _show(value: Any, secret: bool = False) -> str:
+    if secret:
+        return SECRET
+    text = repr(value) if isinstance(value, str) else str(value).replace("True", "true").replace("False", "false")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _hint(value: Any, choices: list) -> str:
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_TYPE_ERROR = re.compile(
+    r"argument '(?P<arg>[^']+)' is of type <class '(?P<type>\w+)'>(?: found in '(?P<ctx>[^']+)'\.)? "
+    r"and we were unable to convert to (?P<to>\w+)"
+)
+_CHOICE_ERROR = re.compile(
+    r"value of (?P<arg>\S+) must be one (?:or more )?of: (?P<choices>.*?)[,.] [Gg]ot(?: no match for)?: "
+    r"(?P<got>.*?)(?: found in (?P<ctx>.*))?$"
+)
+_UNSUPPORTED = re.compile(r"^(?P<path>\S+?)\. Supported parameters include: (?P<known>.*?)\.?$")
+_REQUIRED = re.compile(r"missing required arguments: (?P<args>.*?)(?: found in (?P<ctx>.*))?$")
+
+
+def _translate(name: str, value: Any, spec: dict, error: Exception, secret: bool) -> tuple[str, str, str]:
+    """One ArgumentSpecValidator error as (variable path, found, expected)."""
+    text = str(error)
+    match = _TYPE_ERROR.search(text)
+    if match:
+        if match["ctx"]:
+            return f"{match['ctx']}.{match['arg']}", f"a {match['type']} value", f"type {match['to']}"
+        return name, f"{_show(value, secret)} ({type(value).__name__})", f"type {match['to']}"
+    match = _CHOICE_ERROR.search(text)
+    if match:
+        choices = [c.strip() for c in match["choices"].split(",")]
+        variable = f"{match['ctx']}.{match['arg']}" if match["ctx"] else name
+        got = match["got"].strip()
+        found = _show(value, secret) if variable == name and isinstance(value, str) else _show(got, secret)
+        return variable, found, f"one of {', '.join(choices)}{'' if secret else _hint(got, choices)}"
+    match = _UNSUPPORTED.search(text)
+    if match:
+        known = [k.strip() for k in match["known"].split(",")]
+        key = match["path"].rsplit(".", 1)[-1]
+        return match["path"], "an unknown key", f"one of {', '.join(known)}{_hint(key, known).replace(repr(key), key)}"
+    match = _REQUIRED.search(text)
+    if match:
+        variable = f"{match['ctx']}.{match['args']}" if match["ctx"] else name
+        return variable, "nothing", "a value (required)"
+    return name, _show(value, secret), text
+
+
+def validate_value(name: str, spec: dict, value: Any) -> list[tuple[str, str, str]]:
+    """Check one value against its argument_spec entry with Ansible's ArgumentSpecValidator."""
+    if value is None and not spec.get("required"):
+        return []
+    secret = bool(spec.get("no_log"))
+    kind = spec.get("type", "str")
+    if kind in ("str", "path") and isinstance(value, (bool, list, Mapping)):
+        # Ansible would turn these into strings ("True", "['a']"): in an inventory they are always a mistake.
+        return [(name, f"{_show(value, secret)} ({type(value).__name__})", f"type {kind}")]
+    result = ArgumentSpecValidator({name: spec}).validate({name: value})
+    return [_translate(name, value, spec, error, secret) for error in result.errors]
+
+
+class Checker:
+    def __init__(self, view: InventoryView):
+        self.view = view
+        self.problems: list[Problem] = list(view.errors)
+        self.known = model.all_vars()
+        self.prefixes = model.prefixes()
+        self.profiles = model.profiles()
+
+    def add(self, where: str, scope: str, variable: str, found: str, expected: str) -> None:
+        self.problems.append(Problem(where, scope, variable, found, expected))
+
+    # ---- per definition: schema, typos, profile names ------------------------------------------------
+    def check_definition(self, d: Definition) -> None:
+        name = d.name
+        if name.startswith("__") or name.startswith("ansible_"):
+            return
+        try:
+            value = plain(d.value)
+        except AnsibleError as exc:
+            self.add(d.where, d.scope, name, "a vault-encrypted value that cannot be decrypted", _vault_hint(exc))
+            return
+        if name == "nodeforge_profile":
+            self.check_profile_name(d.where, d.scope, value)
+            return
+        spec = self.known.get(name)
+        if spec is None:
+            ours = name.startswith(self.prefixes)
+            close = difflib.get_close_matches(name, list(self.known), n=1, cutoff=0.6 if ours else 0.85)
+            if ours or close:
+                hint = f"a known variable (did you mean {close[0]}?)" if close else "a variable some role declares"
+                self.add(d.where, d.scope, name, "an unknown variable", hint + "; see docs/inventory-reference.md")
+            return
+        if _has_template(value):
+            return  # known only on the node
+        for path, found, expected in validate_value(name, spec.spec, value):
+            self.add(d.where, d.scope, path, found, expected)
+
+    def check_profile_name(self, where: str, scope: str, value: Any) -> None:
+        if model.is_templated(value):
+            return
+        if not isinstance(value, str) or value not in self.profiles:
+            self.add(
+                where,
+                scope,
+                "nodeforge_profile",
+                f"unknown profile {_show(value)}",
+                f"one of the known profiles: {', '.join(self.profiles)}{_hint(value, list(self.profiles))}",
+            )
+
+    # ---- per host: required variables and cross-variable rules ----------------------------------------
+    def check_hosts(self) -> None:
+        workers = self.view.hosts_of(model.WORKER_GROUP)
+        where = ", ".join(self.view.sources)
+        if not workers:
+            self.add(
+                where,
+                "inventory",
+                "",
+                f"no hosts in group {model.WORKER_GROUP}",
+                f"the GPU workers listed under group {model.WORKER_GROUP}",
+            )
+        merged: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+        for host in workers:
+            try:
+                variables, origins = self.view.host_variables(host)
+                variables = plain(variables)
+            except AnsibleError:
+                continue  # a file Ansible cannot load: reported with its name and line already
+            if model.is_empty(variables.get("nodeforge_profile")):
+                merged[(where, "nodeforge_profile", "nothing", "a hardware profile")].append(host)
+                continue
+            for v in rules.evaluate(model.HostModel(host, variables, origins)):
+                merged[(v.where, v.variable, v.found, v.expected)].append(host)
+        for (origin, variable, found, expected), hosts in merged.items():
+            # origin is "file: group X" for inventory values, a bare description for defaults
+            where_set, _, set_for = origin.rpartition(": ") if ": " in origin else (origin, "", "")
+            scope = _hosts_scope(hosts)
+            if set_for and set_for != scope:
+                scope = f"{set_for}, for {scope}"
+            self.add(where_set, scope, variable, found, expected)
+
+    def run(self) -> list[Problem]:
+        for d in self.view.definitions():
+            self.check_definition(d)
+        self.check_hosts()
+        return self.problems
+
+
+def _vault_hint(exc: AnsibleError) -> str:
+    return "a vault secret that opens it (--vault-id, --vault-password-file or --ask-vault-pass): " + _first_line(
+        getattr(exc, "message", exc)
+    )
+
+
+def _hosts_scope(hosts: list[str]) -> str:
+    label = "host" if len(hosts) == 1 else "hosts"
+    shown = ", ".join(hosts[:5])
+    more = f" (+{len(hosts) - 5} more)" if len(hosts) > 5 else ""
+    return f"{label} {shown}{more}"
+
+
+def check(view: InventoryView) -> list[Problem]:
+    """Every problem of the inventory, at once."""
+    return Checker(view).run()

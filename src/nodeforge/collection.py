@@ -1,0 +1,18 @@
+"""The nodeforge.gpu collection, importable from the CLI: the configuration model, the rules and the check live
+there once (plugins/module_utils, plugins/plugin_utils) and the CLI imports them through Ansible's collection
+loader, with the collection shipped in this package first on the collections path."""
+
+from __future__ import annotations
+
+from ansible.plugins.loader import init_plugin_loader
+from ansible.utils.collection_loader import AnsibleCollectionConfig
+
+from nodeforge import content
+
+if AnsibleCollectionConfig.collection_finder is None:
+    init_plugin_loader([str(content.collections_dir())])
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import model, parsers, rules
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils import inventory_check
+
+__all__ = ["inventory_check", "model", "parsers", "rules"]

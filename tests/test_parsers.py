@@ -1,0 +1,133 @@
+"""nodeforge.gpu's output parsers (module_utils/parsers.py) on real captured outputs (tests/data/outputs/), and its
+Debian version ordering against dpkg's own."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nodeforge.collection import parsers
+
+OUTPUTS = Path(__file__).parent / "data" / "outputs"
+
+
+def output(name: str) -> str:
+    return (OUTPUTS / name).read_text()
+
+
+def test_madison_lists_each_version_once_in_apt_order():
+    assert parsers.madison(output("apt-cache-madison-nvidia-debian12.txt")) == ["535.261.03-1"]
+    several = output("apt-cache-madison-podman-runc-containerd-debian12.txt")
+    # runc's version is in bookworm and bookworm-security: once; containerd's two builds: both, newest source first.
+    assert parsers.madison(several) == [
+        "4.3.1+ds1-8+deb12u1+b3",
+        "1.1.5+ds1-1+deb12u1",
+        "1.6.20~ds1-1+deb12u3",
+        "1.6.20~ds1-1+deb12u2",
+    ]
+
+
+def test_madison_of_nothing():
+    assert parsers.madison("") == []
+    assert parsers.madison("N: Unable to locate package nvidia-driver\n") == []
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("dpkg-query-installed-debian12.txt", {"installed": True, "held": False, "version": "4.3.1+ds1-8+deb12u1+b3"}),
+        ("dpkg-query-held-debian12.txt", {"installed": True, "held": True, "version": "3.0.10-8+deb12u1"}),
+        # Removed, its configuration left behind: not installed, whatever version dpkg still remembers.
+        ("dpkg-query-removed-debian12.txt", {"installed": False, "held": False, "version": ""}),
+    ],
+)
+def test_dpkg_query_status(name, expected):
+    assert parsers.dpkg_query_status(output(name)) == expected
+
+
+def test_dpkg_query_status_of_an_unknown_package():
+    # dpkg-query prints nothing on stdout (and exits 1) for a package it has never seen.
+    assert parsers.dpkg_query_status("") == {"installed": False, "held": False, "version": ""}
+
+
+def test_dkms_status_added_only():
+    assert parsers.dkms_status(output("dkms-status-added-debian12.txt")) == [
+        {"name": "nvidia-current", "version": "535.216.03", "kernel": "", "arch": "", "state": "added"}
+    ]
+
+
+def test_dkms_status_per_kernel_states():
+    entries = parsers.dkms_status(output("dkms-status-mixed-debian12.txt"))
+    assert [(e["name"], e["kernel"], e["state"]) for e in entries] == [
+        ("nvidia-current", "6.1.0-28-amd64", "installed"),
+        ("nvidia-current", "6.1.0-30-amd64", "built"),
+        ("gdrdrv", "6.1.0-28-amd64", "installed"),
+        ("nvidia-current", "", "added"),
+    ]
+    assert {e["arch"] for e in entries if e["kernel"]} == {"x86_64"}
+    assert entries[2]["version"] == "2.5.1"
+
+
+def test_dkms_2_format():
+    [entry] = parsers.dkms_status(output("dkms-status-dkms2-el8.txt"))
+    assert entry == {
+        "name": "nv_peer_mem",
+        "version": "1.1-0",
+        "kernel": "4.18.0-305.el8.x86_64",
+        "arch": "x86_64",
+        "state": "installed",
+    }
+
+
+VERSIONS = [
+    "535.261.03-1",
+    "535.261.03-1~deb12u1",
+    "1:535.104.05-1",
+    "535.104.05-2",
+    "535.54.03-1",
+    "1.20.0-1",
+    "1.20.0~rc.1-1",
+    "1.20.0.1234-1",
+    "1.20.01-1",
+    "1.6.20~ds1-1+deb12u3",
+    "1.6.20~ds1-1+deb12u2",
+    "1.6.20-1",
+    "3.0pl1-162",
+    "3.0-1",
+    "3.0a-1",
+    "3.0+b1",
+]
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg (Debian machines) as the reference ordering")
+def test_deb_version_compare_agrees_with_dpkg():
+    for a, b in itertools.combinations(VERSIONS, 2):
+        ours = parsers.deb_version_compare(a, b)
+        dpkg_lt = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], check=False).returncode == 0
+        dpkg_eq = subprocess.run(["dpkg", "--compare-versions", a, "eq", b], check=False).returncode == 0
+        assert ours == (0 if dpkg_eq else -1 if dpkg_lt else 1), (a, b)
+
+
+def test_choose_version_keeps_an_installed_build_of_the_wanted_version():
+    available = ["1.20.0-1", "1.20.0-2", "1.19.0-1"]
+    assert parsers.choose_version(available, "1.20.0", installed="1.20.0-1") == "1.20.0-1"
+    assert parsers.choose_version(available, "1.20.0", installed="1.19.0-1") == "1.20.0-2"
+    assert parsers.choose_version(available, "1.20.0") == "1.20.0-2"
+
+
+def test_choose_version_matches_builds_never_other_versions():
+    available = ["1.20.01-1", "1.20.1-1", "1:1.20.0-1~deb12u1", "1.20.0.1234-1"]
+    # Both are builds of 1.20.0; the epoch outranks everything in dpkg's order.
+    assert parsers.choose_version(available, "1.20.0") == "1:1.20.0-1~deb12u1"
+    assert parsers.choose_version(available[:2] + available[3:], "1.20.0") == "1.20.0.1234-1"
+    assert parsers.choose_version(["1.20.01-1", "1.20.1-1"], "1.20.0") == ""
+
+
+def test_choose_version_of_a_branch_takes_the_newest_of_it():
+    available = [*parsers.madison(output("apt-cache-madison-nvidia-debian12.txt")), "535.54.03-1", "550.1-1"]
+    assert parsers.choose_version(available, "535.") == "535.261.03-1"
+    assert parsers.choose_version(available, "580.") == ""
