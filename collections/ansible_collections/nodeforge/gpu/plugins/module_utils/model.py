@@ -138,6 +138,20 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return result
 
 
+def table(data: Any, *keys: str) -> dict:
+    """A section of the (overridden) manifest or a profile; a non-mapping anywhere on the way reads as empty."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, Mapping) else None
+    return dict(data) if isinstance(data, Mapping) else {}
+
+
+def as_bool(value: Any) -> bool:
+    """A boolean as Ansible reads one (yes/no, true/false, on/off, 1/0)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("yes", "y", "true", "t", "on", "1")
+    return bool(value)
+
+
 def is_templated(value: Any) -> bool:
     """A Jinja expression's value is only known on the node: static checks leave it alone."""
     return isinstance(value, str) and ("{{" in value or "{%" in value)
@@ -171,7 +185,7 @@ class HostModel:
     ):
         self.host = host
         self.variables = variables
-        self.origins = origins or {}
+        self.origins = origins if origins is not None else {}
         self.defaults = all_vars(root)
         overrides = variables.get("nodeforge_manifest_overrides")
         base = manifest(root)
@@ -203,12 +217,28 @@ class HostModel:
                 table = overrides.get(section) if isinstance(overrides, Mapping) else None
                 if isinstance(table, Mapping) and key in table:
                     origin = self.origin("nodeforge_manifest_overrides")
-                    return Value(value, f"{origin} (nodeforge_manifest_overrides {section}.{key})", False)
+                    label = f"nodeforge_manifest_overrides {section}.{key}"
+                    return Value(
+                        value, label if origin == "nodeforge_manifest_overrides" else f"{origin} ({label})", False
+                    )
                 return Value(value, f"version manifest {section}.{key} (default)", False)
         spec = self.defaults.get(name)
         if spec is not None and not is_empty(spec.default):
             return Value(spec.default, f"role {spec.role} (default)", False)
         return None
+
+    @property
+    def vgpu(self) -> bool:
+        return bool(table(self.profile, "gpu").get("vgpu"))
+
+    def driver_source(self) -> Value:
+        """nvidia_driver_source, else grid on a vGPU guest's profile, else the CUDA repository."""
+        source = self.get("nvidia_driver_source")
+        if source is not None:
+            return source
+        if self.vgpu:
+            return Value("grid", f"profile {self.profile_name} (vGPU guest: source grid)", False)
+        return Value("cuda_repo", "role nvidia_driver (default: cuda_repo)", False)
 
     def branch(self) -> tuple[int, Value] | None:
         value = self.get("nvidia_driver_branch")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, is_empty
+from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, is_empty, table
 
 PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
 LAST_BRANCH_PRE_TURING = 580
@@ -137,13 +137,6 @@ def distro_ships_the_branch(ctx: HostModel) -> Iterator[Violation]:
         )
 
 
-def table(manifest: dict, *keys: str) -> dict:
-    """A section of the (overridden) manifest; a non-mapping anywhere on the way reads as empty."""
-    for key in keys:
-        manifest = manifest.get(key) if isinstance(manifest, dict) else None
-    return manifest if isinstance(manifest, dict) else {}
-
-
 def _missing(data: dict, *keys: str) -> list[str]:
     return [key for key in keys if is_empty(data.get(key))]
 
@@ -208,11 +201,10 @@ def selinux_disabled_needs_opt_in(ctx: HostModel) -> Iterator[Violation]:
 @rule
 def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
     """vGPU guests install the GRID guest driver from a local mirror the manifest must name."""
-    source = ctx.get("nvidia_driver_source")
-    vgpu = bool((ctx.profile or {}).get("gpu", {}).get("vgpu"))
-    if not ((source and source.value == "grid") or (source is None and vgpu)):
+    source = ctx.driver_source()
+    if source.value != "grid":
         return
-    origin = source.origin if source else f"profile {ctx.profile_name} (vGPU guest: source grid)"
+    origin = source.origin
     grid = table(ctx.manifest, "nvidia_driver", "grid")
     os_value = ctx.get("nodeforge_os")
     os_name = str(os_value.value) if os_value and os_value.value else ""

@@ -1,0 +1,163 @@
+"""Each role's resolved settings (module_utils/settings.py): inventory, then profile, then manifest, then role
+default, empty meaning unset. Checked on the model directly, and through the action nodeforge.gpu.resolve_settings in a
+real ansible-playbook run on this machine (local connection, nothing changes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nodeforge import content
+from nodeforge.collection import model, settings
+
+DRIVER_DEFAULTS = {
+    "nvidia_driver_source": "",
+    "nvidia_driver_branch": "",
+    "nvidia_driver_version": "",
+    "nvidia_driver_flavor": "",
+}
+
+
+def driver(variables: dict, dgx_os: bool = False) -> dict:
+    m = model.HostModel("node-01", {**DRIVER_DEFAULTS, **variables}, {})
+    return settings.nvidia_driver(m, {"dgx_os": dgx_os})
+
+
+def test_driver_from_the_profile_then_the_manifest():
+    found = driver({"nodeforge_profile": "dgx-1"})
+    assert (found["__nvidia_driver_source"], found["__nvidia_driver_branch"], found["__nvidia_driver_flavor"]) == (
+        "cuda_repo",
+        "580",
+        "proprietary",
+    )
+    assert found["__nvidia_driver_wanted_version"] == model.manifest()["nvidia_driver"]["branches"]["580"]["version"]
+    # The lab profile sets nothing: the manifest's branch, the role's open flavor.
+    lab = driver({"nodeforge_profile": "lab"})
+    assert lab["__nvidia_driver_branch"] == str(model.manifest()["nvidia_driver"]["branch"])
+    assert lab["__nvidia_driver_flavor"] == "open"
+
+
+def test_driver_inventory_wins_and_empty_means_unset():
+    found = driver({"nodeforge_profile": "dgx-1", "nvidia_driver_branch": 535, "nvidia_driver_version": " 535.261.03 "})
+    assert (found["__nvidia_driver_branch"], found["__nvidia_driver_wanted_version"]) == ("535", "535.261.03")
+    # 535 has no version in the manifest: nothing pinned, the newest of the branch is taken on the node.
+    assert driver({"nodeforge_profile": "dgx-1", "nvidia_driver_branch": "535"})["__nvidia_driver_wanted_version"] == ""
+    assert (
+        driver({"nodeforge_profile": "dgx-1", "nvidia_driver_flavor": "  "})["__nvidia_driver_flavor"] == "proprietary"
+    )
+
+
+def test_driver_on_a_vgpu_guest_takes_the_grid_version():
+    overrides = {"nvidia_driver": {"grid": {"version": "580.95.05", "package": "nvidia-linux-grid-580"}}}
+    found = driver({"nodeforge_profile": "vsphere-t4-vgpu", "nodeforge_manifest_overrides": overrides})
+    assert (found["__nvidia_driver_source"], found["__nvidia_driver_wanted_version"]) == ("grid", "580.95.05")
+
+
+@pytest.mark.parametrize(
+    ("dgx_os", "manage", "managed"), [(False, False, True), (True, False, False), (True, "yes", True)]
+)
+def test_driver_leaves_dgx_os_alone_unless_asked(dgx_os, manage, managed):
+    assert (
+        driver({"nodeforge_profile": "dgx-h100", "nvidia_driver_manage_on_dgx": manage}, dgx_os)[
+            "__nvidia_driver_managed"
+        ]
+        is managed
+    )
+
+
+OFED_DEFAULTS = {
+    "ofed_mode": "",
+    "ofed_version": "",
+    "ofed_doca_repo_url": "",
+    "ofed_doca_key_url": "",
+    "ofed_doca_profile_package": "",
+    "ofed_mlnx_ofed_url": "",
+    "ofed_mlnx_ofed_checksum": "",
+    "ofed_inbox_packages": [],
+}
+
+
+def ofed(variables: dict, os_id: str = "debian12", names: dict | None = None) -> dict:
+    m = model.HostModel(
+        "node-01", {**OFED_DEFAULTS, "nodeforge_profile": "dgx-1", **variables}, {"ofed_mode": "ofed_mode"}
+    )
+    return settings.ofed(m, {"os_id": os_id, "inbox_names": names or {}})
+
+
+def test_ofed_doca_from_the_manifest():
+    found = ofed({}, os_id="ubuntu22.04")
+    doca = model.manifest()["ofed"]["doca"]
+    assert (found["__ofed_mode"], found["__ofed_mode_from"]) == ("doca", "version manifest ofed.mode (default)")
+    assert (found["__ofed_version"], found["__ofed_version_from"]) == (
+        doca["version"],
+        "version manifest ofed.doca.version",
+    )
+    assert found["__ofed_doca_repo_url"] == doca["baseurl"].replace("{version}", doca["version"]).replace(
+        "{distro}", "ubuntu22.04"
+    )
+    assert found["__ofed_doca_profile_package"] == "doca-ofed"
+
+
+def test_ofed_inventory_version_goes_into_the_urls():
+    found = ofed(
+        {"ofed_mode": "mlnx_ofed", "ofed_version": "23.10-1.1.9.0", "ofed_mlnx_ofed_checksum": "sha256:" + "a" * 64}
+    )
+    assert (found["__ofed_mode"], found["__ofed_mode_from"]) == ("mlnx_ofed", "ofed_mode")
+    assert found["__ofed_version_from"] == "ofed_version"
+    assert "MLNX_OFED-23.10-1.1.9.0/MLNX_OFED_LINUX-23.10-1.1.9.0-debian12-x86_64.tgz" in found["__ofed_mlnx_url"]
+    assert (found["__ofed_mlnx_checksum"], found["__ofed_mlnx_checksum_from"]) == (
+        "sha256:" + "a" * 64,
+        "ofed_mlnx_ofed_checksum",
+    )
+
+
+def test_ofed_inbox_packages_in_the_node_s_names():
+    found = ofed({"ofed_mode": "inbox"}, os_id="rhel9.4", names={"ibverbs-utils": "libibverbs-utils"})
+    assert found["__ofed_version"] == ""
+    assert found["__ofed_inbox_pkgs"] == ["rdma-core", "libibverbs-utils", "infiniband-diags", "perftest"]
+
+
+@pytest.mark.slow
+def test_resolve_settings_action_in_a_playbook(tmp_path):
+    """The action as the roles call it: variables templated as a task sees them, profile and overrides applied."""
+    playbook = tmp_path / "resolve.yml"
+    playbook.write_text(
+        """
+- hosts: all
+  gather_facts: false
+  vars:
+    site_branch: "535"
+    nvidia_driver_branch: "{{ site_branch }}"
+    nvidia_driver_flavor: ""
+    ofed_mode: ""
+  tasks:
+    - nodeforge.gpu.resolve_settings:
+        role: nvidia_driver
+        node: {dgx_os: false}
+    - nodeforge.gpu.resolve_settings:
+        role: ofed
+        node: {os_id: debian12, inbox_names: {}}
+    - ansible.builtin.copy:
+        dest: "{{ out }}"
+        content: >-
+          {{ {'driver': [__nvidia_driver_branch, __nvidia_driver_flavor],
+              'ofed': [__ofed_mode, __ofed_mode_from]} | to_json }}
+        mode: "0600"
+      delegate_to: localhost
+"""
+    )
+    out = tmp_path / "out.json"
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir())}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "node-01,", str(playbook)]
+    extra = {"out": str(out), "nodeforge_profile": "dgx-1", "nodeforge_manifest_overrides": {"ofed": {"mode": "inbox"}}}
+    run = subprocess.run([*cmd, "-e", json.dumps(extra)], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(out.read_text()) == {
+        "driver": ["535", "proprietary"],
+        "ofed": ["inbox", "nodeforge_manifest_overrides ofed.mode"],
+    }
