@@ -31,6 +31,11 @@ def test_madison_lists_each_version_once_in_apt_order():
     ]
 
 
+def test_madison_takes_stdout_lines_too():
+    text = output("apt-cache-madison-podman-runc-containerd-debian12.txt")
+    assert parsers.madison(text.splitlines()) == parsers.madison(text)
+
+
 def test_madison_of_nothing():
     assert parsers.madison("") == []
     assert parsers.madison("N: Unable to locate package nvidia-driver\n") == []
@@ -121,13 +126,53 @@ def test_choose_version_keeps_an_installed_build_of_the_wanted_version():
 
 def test_choose_version_matches_builds_never_other_versions():
     available = ["1.20.01-1", "1.20.1-1", "1:1.20.0-1~deb12u1", "1.20.0.1234-1"]
-    # Both are builds of 1.20.0; the epoch outranks everything in dpkg's order.
+    # Both are builds of 1.20.0 for a repository that numbers its builds; the epoch outranks everything in dpkg's order.
+    assert parsers.choose_version(available, "1.20.0", builds="any") == "1:1.20.0-1~deb12u1"
+    assert parsers.choose_version([available[0], available[1], available[3]], "1.20.0", builds="any") == "1.20.0.1234-1"
+    # A Debian revision only: 1.20.0.1234 is another upstream version.
+    assert parsers.choose_version([available[0], available[1], available[3]], "1.20.0") == ""
     assert parsers.choose_version(available, "1.20.0") == "1:1.20.0-1~deb12u1"
-    assert parsers.choose_version(available[:2] + available[3:], "1.20.0") == "1.20.0.1234-1"
-    assert parsers.choose_version(["1.20.01-1", "1.20.1-1"], "1.20.0") == ""
+    assert parsers.choose_version(["1.20.01-1", "1.20.1-1"], "1.20.0", builds="any") == ""
+
+
+def test_dpkg_query_installed_of_several_packages():
+    # One "${Package} ${db:Status-Abbrev}${Version}" line per package; "un " for a known package not installed.
+    lines = ["nvidia-container-toolkit hi 1.20.0-1", "libnvidia-container1 ii 1.20.0-1", "nvidia-container-runtime un "]
+    expected = {"nvidia-container-toolkit": "1.20.0-1", "libnvidia-container1": "1.20.0-1"}
+    assert parsers.dpkg_query_installed(lines) == expected
+    assert parsers.dpkg_query_installed("\n".join(lines) + "\n") == expected
 
 
 def test_choose_version_of_a_branch_takes_the_newest_of_it():
     available = [*parsers.madison(output("apt-cache-madison-nvidia-debian12.txt")), "535.54.03-1", "550.1-1"]
     assert parsers.choose_version(available, "535.") == "535.261.03-1"
     assert parsers.choose_version(available, "580.") == ""
+
+
+# ---- the parsers as the roles call them (the role's own expressions, rendered with Ansible's templar) ----------
+
+
+@pytest.mark.parametrize(
+    ("dpkg", "wanted", "expected"),
+    [
+        ("", "", "535.261.03-1"),  # nothing installed, none pinned: the newest of the branch
+        ("hi 535.216.03-1", "", "535.216.03-1"),  # an installed build of the branch is kept
+        ("hi 535.216.03-1", "535.261.03", "535.261.03-1"),  # a pinned version moves it
+        ("rc 535.216.03-1", "", "535.261.03-1"),  # removed, configuration left: not installed
+        ("", "535.216.03", ""),  # pinned to a version the source lacks: nothing (the role then fails, naming both)
+    ],
+)
+def test_driver_role_chooses_its_package_version_from_madison(dpkg, wanted, expected):
+    from tests import role_expressions
+
+    registered = {
+        "__nvidia_driver_madison": {"stdout_lines": output("apt-cache-madison-nvidia-debian12.txt").splitlines()},
+        "__nvidia_driver_dpkg_before": {"stdout": dpkg},
+        "__nvidia_driver_wanted_version": wanted,
+        "__nvidia_driver_branch": "535",
+    }
+    name = "Choose the package version to install"
+    found = role_expressions.render(
+        "nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_package_version", **registered
+    )
+    assert found == expected

@@ -13,6 +13,8 @@ description:
   - C(madison) lists the versions of C(apt-cache madison PKG) once each, in apt's order.
   - C(dpkg_query_status) reads C(dpkg-query --showformat='${db:Status-Abbrev}${Version}') into installed, held
     and version.
+  - C(dpkg_query_installed) reads C(dpkg-query --showformat='${Package} ${db:Status-Abbrev}${Version}\\n') into
+    the installed packages' versions by name.
   - C(dkms_status) reads C(dkms status) into a list of name, version, kernel, arch and state.
   - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
 author: nodeforge
@@ -29,6 +31,7 @@ class FilterModule:
         return {
             "madison": parsers.madison,
             "dpkg_query_status": parsers.dpkg_query_status,
+            "dpkg_query_installed": parsers.dpkg_query_installed,
             "dkms_status": parsers.dkms_status,
             "choose_version": parsers.choose_version,
             "deb_version_compare": parsers.deb_version_compare,

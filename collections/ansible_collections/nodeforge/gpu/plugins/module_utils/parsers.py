@@ -18,14 +18,19 @@ _DKMS_LINE = re.compile(
 )
 
 
-def madison(stdout: str) -> list[str]:
+def _text(output: str | list[str]) -> str:
+    """A command's stdout, given as the text or as its lines (a registered result's stdout_lines)."""
+    return "\n".join(output) if isinstance(output, list) else (output or "")
+
+
+def madison(stdout: str | list[str]) -> list[str]:
     """The versions `apt-cache madison PKG` lists, once each, in apt's order (newest source first).
 
     Lines look like " nvidia-driver | 535.216.03-1~deb12u1 | http://deb.debian.org/debian bookworm/non-free amd64
     Packages"; the source lines of a deb-src entry repeat a version with "Sources".
     """
     versions: list[str] = []
-    for line in stdout.splitlines():
+    for line in _text(stdout).splitlines():
         fields = [f.strip() for f in line.split("|")]
         if len(fields) >= 3 and fields[1] and fields[1] not in versions:
             versions.append(fields[1])
@@ -47,10 +52,22 @@ def dpkg_query_status(stdout: str) -> dict:
     return {"installed": installed, "held": desired == "h", "version": text[3:].strip() if installed else ""}
 
 
-def dkms_status(stdout: str) -> list[dict]:
+def dpkg_query_installed(stdout: str | list[str]) -> dict[str, str]:
+    """`dpkg-query --show --showformat='${Package} ${db:Status-Abbrev}${Version}\\n' PKG...` -> the installed
+    packages' versions by name (dpkg-query also lists known packages that are not installed: "un ")."""
+    installed = {}
+    for line in _text(stdout).splitlines():
+        name, _, status = line.partition(" ")
+        found = dpkg_query_status(status)
+        if name and found["installed"] and found["version"]:
+            installed[name] = found["version"]
+    return installed
+
+
+def dkms_status(stdout: str | list[str]) -> list[dict]:
     """`dkms status` -> [{name, version, kernel, arch, state}], kernel and arch empty for "added" modules."""
     entries = []
-    for line in stdout.splitlines():
+    for line in _text(stdout).splitlines():
         match = _DKMS_LINE.match(line.strip())
         if match:
             entry = {k: (v or "") for k, v in match.groupdict().items()}
@@ -101,16 +118,21 @@ def deb_version_compare(a: str, b: str) -> int:
     return _compare_part(ua, ub) or _compare_part(ra, rb)
 
 
-def choose_version(available: list[str], wanted: str, installed: str = "") -> str:
+# What may follow an exact upstream version in a package version: a Debian revision ("1.20.0-1"), or, for
+# repositories that number their builds (DOCA: "3.4.1-1", "3.4.1.2506" ...), any build suffix.
+BUILD_SUFFIXES = {"revision": r"(-[^-\s]*)?", "any": r"([-.+~][^|\s]*)?"}
+
+
+def choose_version(available: list[str], wanted: str, installed: str = "", builds: str = "revision") -> str:
     """The package version to pin for `wanted` (an exact upstream version such as 1.20.0, or a branch prefix
-    such as "535."): the installed one when it is of that version, else the newest the repository has; "" when
-    none is. A wanted version matches its builds: 1.20.0 matches 1.20.0-1, 1:1.20.0-1~deb12u1 and 1.20.0.1234-1
-    (DOCA's build numbers), never 1.20.01 or 1.20.1.
+    such as "535."): the installed one when it is of that version, else the newest the repository has (dpkg's
+    order); "" when none is. An exact version matches its builds only, never another version: 1.20.0 matches
+    1.20.0-1 and 1:1.20.0-1~deb12u1 (and with builds="any" 1.20.0.1234-1), never 1.20.01 or 1.20.1.
     """
     if wanted.endswith("."):
         pattern = re.compile(r"^([0-9]+:)?" + re.escape(wanted))
     else:
-        pattern = re.compile(r"^([0-9]+:)?" + re.escape(wanted) + r"([-.+~][^|\s]*)?$")
+        pattern = re.compile(r"^([0-9]+:)?" + re.escape(wanted) + BUILD_SUFFIXES[builds] + "$")
     if installed and pattern.match(installed):
         return installed
     matching = [v for v in available if pattern.match(v)]
