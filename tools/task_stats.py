@@ -31,7 +31,7 @@ def main() -> None:
         "set_fact": sum("ansible.builtin.set_fact" in t for t in every),
         "command/shell": sum(bool({"ansible.builtin.command", "ansible.builtin.shell"} & set(t)) for t in every),
         "sh -c via command": sum(
-            (t.get("ansible.builtin.command") or {}).get("argv", [None])[0] in ("sh", "bash")
+            (t.get("ansible.builtin.command") or {}).get("argv", [None, None])[:2] in (["sh", "-c"], ["bash", "-c"])
             for t in every
             if isinstance(t.get("ansible.builtin.command"), dict)
         ),
