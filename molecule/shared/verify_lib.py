@@ -25,6 +25,9 @@ from pathlib import Path
 import pytest
 import testinfra
 
+# The roles run from the nodeforge.gpu collection: Ansible names their tasks "nodeforge.gpu.<role> : <task>".
+COLLECTION_PREFIX = "nodeforge.gpu."
+
 
 def node_name() -> str:
     """The scenario's container (molecule/shared/base.yml names it nodeforge-<scenario>)."""
@@ -62,8 +65,9 @@ class PlaybookRun:
         return found[-1] if found else {}
 
     def _names(self, key: str) -> list[str]:
+        """Names as "role : task", the role without its collection (nodeforge.gpu.ofed reads as ofed)."""
         return [
-            task["task"]["name"]
+            task["task"]["name"].removeprefix(COLLECTION_PREFIX)
             for play in self.out["plays"]
             for task in play["tasks"]
             for res in task["hosts"].values()

@@ -77,7 +77,9 @@ def test_client_configuration_token_is_installed(node):
 
 def task_statuses(log: str, name: str) -> list[str]:
     """The status (ok, changed, skipping...) that each run in the log printed for the role's task of that name."""
-    return re.findall(rf"TASK \[nvidia_driver : {re.escape(name)}\][^\n]*\n[^|\n]*\| (\w+): \[", log)
+    # The role runs from the nodeforge.gpu collection: "TASK [nodeforge.gpu.nvidia_driver : ...]".
+    task = rf"TASK \[(?:nodeforge\.gpu\.)?nvidia_driver : {re.escape(name)}\]"
+    return re.findall(task + r"[^\n]*\n[^|\n]*\| (\w+): \[", log)
 
 
 def test_token_never_reaches_the_ansible_log():
