@@ -7,12 +7,9 @@ runs use molecule's inventory and the ansible.posix.json callback, so results ar
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -24,11 +21,6 @@ PEERMEM = "nvidia-current-peermem"
 DKMS_NAME, DKMS_VERSION = "nvidia-current-open", "535.261.03"
 OPEN_SRC = f"/usr/src/nvidia-current-open-{DKMS_VERSION}/nvidia"
 PROPRIETARY_SRC = f"/usr/src/nvidia-current-{DKMS_VERSION}/nvidia"
-
-
-@pytest.fixture(scope="module")
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,9 @@ stand-in MLNX_OFED tree, packaged as a .deb per kernel, installed and persisted 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -23,11 +20,6 @@ MODPROBE_LOG = "/var/log/nodeforge-modprobe.log"
 URL = "http://127.0.0.1:8080/nv_peer_memory-1.3-0.tar.gz"
 DRIVER_SRC = "/usr/src/nvidia-450.248.02/nvidia"
 VERSION = re.compile(r"^1\.3-0\+nf[0-9]{14}\.[0-9a-f]{10}$")
-
-
-@pytest.fixture(scope="module")
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import tomllib
 from pathlib import Path
 
 import jsonschema
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 from verify_lib import containerd_dump, docker_info, held, installed_version
 
@@ -54,11 +51,6 @@ CRIO_DROPIN = "/etc/crio/crio.conf.d/99-nvidia.toml"
 HOOK = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 MEMLOCK_DROPIN = "/etc/systemd/system/{}.service.d/20-nodeforge-nvidia-memlock.conf"
 FACTS = "/root/nvidia_container_toolkit_facts.json"
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 def is_subsequence(lines: list[str], of: list[str]) -> bool:

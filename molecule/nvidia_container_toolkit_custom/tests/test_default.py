@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
+import yaml
 from verify_lib import containerd_dump, held, installed_version
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -47,11 +44,6 @@ MEMLOCK_DROPIN = "/etc/systemd/system/{}.service.d/20-nodeforge-nvidia-memlock.c
 FACTS = "/root/nvidia_container_toolkit_facts.json"
 REFRESH_SPEC = "/var/run/cdi/nvidia.yaml"  # nvidia-cdi-refresh.service's output
 STATIC_SPEC = "/etc/cdi/nvidia.yaml"  # nvidia_container_toolkit_cdi_spec (nvidia-ctk cdi generate, older toolkits)
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 def test_toolkit_moved_from_the_held_older_version_to_the_pinned_one(node):

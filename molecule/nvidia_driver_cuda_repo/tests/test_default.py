@@ -12,12 +12,9 @@ import hashlib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 from verify_lib import held, installed_version
 
@@ -36,11 +33,6 @@ PINNED = "580.105.08-1"
 NEWER = "580.126.20-1"  # the version manifest's 580.126.20
 DRIVER_PACKAGES = ("nvidia-open", "nvidia-kernel-open-dkms", "nvidia-persistenced")
 HELD = {"nvidia-open", "nvidia-kernel-open-dkms"}
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture

@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-import verify_lib
 from verify_lib import held, installed_version
 
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-driver"
@@ -27,11 +22,6 @@ FACTS = "/root/nvidia_driver_facts.json"
 VERSIONED = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")
 HELD = {*VERSIONED, "nvidia-persistenced"}
 EXPECTED_OPTIONS = {"NVreg_EnableStreamMemOPs": "1", "NVreg_RestrictProfilingToAdminUsers": "0"}
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture

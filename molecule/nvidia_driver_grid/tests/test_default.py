@@ -13,12 +13,9 @@ import hashlib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -36,11 +33,6 @@ TOKEN_DIR = "/etc/nvidia/ClientConfigToken"
 TOKEN_FILE = f"{TOKEN_DIR}/client_configuration_token.tok"
 TOKEN = "NODEFORGE-FAKE-NLS-CLIENT-TOKEN-6b1f0c9e"  # molecule.yml's nvidia_driver_grid_client_token
 FACTS = "/root/nvidia_driver_facts.json"
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 from verify_lib import held, installed_version
 
@@ -33,11 +29,6 @@ OLDER = "3.3.0-1"
 UTILS = {PINNED: "26.01.OFED.26.01.0.4.2.1-1", OLDER: "25.10.OFED.25.10.1.2.8.1-1"}
 OFED_INFO = {PINNED: "OFED-internal-26.01-0.4.2:", OLDER: "OFED-internal-25.10-1.2.8:"}
 MARKER = "/var/lib/nodeforge/reboot-required"
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 def test_legacy_mlnx_ofed_was_uninstalled_first(node):

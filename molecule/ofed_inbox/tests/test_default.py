@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 from verify_lib import installed_version
 
@@ -23,11 +20,6 @@ LIMITS = "/etc/security/limits.d/90-nodeforge-rdma.conf"
 DEMO = "nodeforge-rdma-demo"
 DROPIN = f"/etc/systemd/system/{DEMO}.service.d/10-nodeforge-memlock.conf"
 IFUPDOWN_DIR = "/etc/network/interfaces.d"
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture

@@ -12,12 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -28,11 +24,6 @@ SHA256 = hashlib.sha256(TARBALL.read_bytes()).hexdigest()
 WORK = f"/var/cache/nodeforge/ofed/MLNX_OFED-24.10-3.2.5.0-{SHA256[:16]}"
 INSTALL_LOG = "/var/log/nodeforge-fixture/mlnxofedinstall.log"
 FLAGS = "--all --without-fw-update --force --add-kernel-support"
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 def test_tarball_was_verified_and_extracted(node):

@@ -10,13 +10,10 @@ rather than grepped.
 from __future__ import annotations
 
 import json
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -39,11 +36,6 @@ def run_preflight(extra_vars: str = "{}") -> verify_lib.PlaybookRun:
 @pytest.fixture
 def hostname() -> str:
     return verify_lib.node_name()
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 @pytest.fixture

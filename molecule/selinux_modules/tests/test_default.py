@@ -13,12 +13,8 @@ from __future__ import annotations
 import base64
 import bz2
 import re
-import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 import verify_lib
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent
@@ -70,11 +66,6 @@ def pp_version(data: bytes, name: str) -> str:
     length = int.from_bytes(match.group(1), "little")
     start = match.end()
     return data[start : start + length].decode()
-
-
-@pytest.fixture
-def node():
-    return verify_lib.podman_node()
 
 
 def test_infiniband_is_installed_in_the_store_with_the_source_version(node):
