@@ -114,6 +114,14 @@ def assert_apt_index_signed_by(node, keyring: str, source: str) -> None:
     assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
 
 
+def assert_reboot_recorded_for_this_boot(node, why: str = "no reboot requirement was recorded") -> None:
+    """The nodeforge role's marker exists and names the boot the node is in now (a reboot meets it)."""
+    marker = node.file("/var/lib/nodeforge/reboot-required")
+    assert marker.exists, why
+    boot_id = node.file("/proc/sys/kernel/random/boot_id").content_string.strip()
+    assert marker.content_string.splitlines()[0] == boot_id
+
+
 def installed_version(node, package: str) -> str:
     return node.check_output("dpkg-query --show --showformat='${Version}' %s", package)
 

@@ -53,10 +53,7 @@ def test_the_ofed_change_rebuilt_the_driver_dkms_modules(node, kernel):
     # Prepare built it once; the handler notified by the stand-in ofed change in converge rebuilt it after that.
     built = ctime(node, f"/var/lib/dkms/{DKMS_NAME}/{DKMS_VERSION}/{kernel}/*/module/*.ko")
     assert built > ctime(node, PREPARED)
-    marker = node.file("/var/lib/nodeforge/reboot-required")
-    assert marker.exists, "the rebuild did not record that a reboot is required"
-    boot_id = node.file("/proc/sys/kernel/random/boot_id").content_string.strip()
-    assert marker.content_string.splitlines()[0] == boot_id
+    verify_lib.assert_reboot_recorded_for_this_boot(node, "the rebuild did not record that a reboot is required")
 
 
 def test_a_newer_ib_core_rebuilds_the_driver_then_nothing_changes(node, kernel):

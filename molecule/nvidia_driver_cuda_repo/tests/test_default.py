@@ -148,10 +148,7 @@ def test_persistenced_is_enabled(node):
 
 
 def test_reboot_requirement_is_recorded_for_this_boot(node):
-    marker = node.file("/var/lib/nodeforge/reboot-required")
-    assert marker.exists
-    boot_id = node.file("/proc/sys/kernel/random/boot_id").content_string.strip()
-    assert marker.content_string.splitlines()[0] == boot_id
+    verify_lib.assert_reboot_recorded_for_this_boot(node)
 
 
 def test_dgx_os_keeps_its_vendor_managed_driver(node):

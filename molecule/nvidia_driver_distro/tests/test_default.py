@@ -13,7 +13,7 @@ import json
 import re
 
 import pytest
-from verify_lib import held, installed_version
+from verify_lib import assert_reboot_recorded_for_this_boot, held, installed_version
 
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-driver"
 BLACKLIST = "/etc/modprobe.d/nodeforge-nouveau-blacklist.conf"
@@ -153,7 +153,4 @@ def test_persistenced_is_enabled(node):
 
 
 def test_reboot_requirement_is_recorded_for_this_boot(node):
-    marker = node.file("/var/lib/nodeforge/reboot-required")
-    assert marker.exists
-    boot_id = node.file("/proc/sys/kernel/random/boot_id").content_string.strip()
-    assert marker.content_string.splitlines()[0] == boot_id
+    assert_reboot_recorded_for_this_boot(node)

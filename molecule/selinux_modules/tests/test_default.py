@@ -100,10 +100,7 @@ def test_mode_is_configured_and_waits_for_a_reboot(node):
     config = node.file("/etc/selinux/config").content_string
     assert re.findall(r"^SELINUX=(\S+)$", config, re.M) == ["enforcing"]
     assert re.findall(r"^SELINUXTYPE=(\S+)$", config, re.M) == [STORE]
-    marker = node.file("/var/lib/nodeforge/reboot-required")
-    assert marker.exists
-    boot_id = node.file("/proc/sys/kernel/random/boot_id").content_string.strip()
-    assert marker.content_string.splitlines()[0] == boot_id
+    verify_lib.assert_reboot_recorded_for_this_boot(node)
 
 
 def test_nvidia_container_source_compiles_with_the_devel_makefile(node):
