@@ -111,6 +111,38 @@ def test_provision_json_summary(runner, local_inventory, tmp_path, verb_playbook
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["--vault-password-file", "--ask-vault-pass"])
+def test_provision_opens_the_inventory_vault_for_check_and_run(runner, local_inventory, tmp_path, verb_playbook, how):
+    """A vault-encrypted inventory value: check decrypts it, and ansible-playbook gets the same secret."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    verb_playbook("provision", "success.yml")
+    secret = "the-vaulted-content"
+    blob = VaultLib([("default", VaultSecret(b"pw-for-the-lab"))]).encrypt(secret).decode()
+    group_vars = local_inventory.parent / "group_vars"
+    group_vars.mkdir()
+    (group_vars / "gpu_nodes.yml").write_text(
+        "marker_content: !vault |\n" + "".join(f"  {line}\n" for line in blob.splitlines())
+    )
+    marker = tmp_path / "marker"
+    args = ["provision", "-i", str(local_inventory), "-e", f"marker_path={marker}"]
+    if how == "--ask-vault-pass":
+        result = runner.invoke(main, [*args, how], input="pw-for-the-lab\n")
+    else:
+        password = tmp_path / "vault-pass"
+        password.write_text("pw-for-the-lab\n")
+        result = runner.invoke(main, [*args, how, str(password)])
+    assert result.exit_code == 0, result.output
+    assert marker.read_text() == secret + "\n"
+    # Without the secret: refused before any node is touched, naming the file and the missing vault secret.
+    marker.unlink()
+    refused = runner.invoke(main, args)
+    assert refused.exit_code == 1
+    assert "group_vars/gpu_nodes.yml: group gpu_nodes: marker_content: found a vault-encrypted value" in refused.output
+    assert not marker.exists()
+
+
+@pytest.mark.slow
 def test_provision_failure_summary_and_exit(runner, local_inventory, verb_playbook):
     verb_playbook("provision", "failing.yml")
     result = runner.invoke(main, ["provision", "-i", str(local_inventory)])
