@@ -150,20 +150,22 @@ class InventoryView:
         return [source] if os.path.exists(source) else []
 
     def _read_inventory_files(self) -> None:
-        for source in self.sources:
-            if not os.path.exists(source):
-                continue  # a host list such as "node-01,": no file holds variables
-            for path in self._inventory_files(source):
+        files = [path for source in self.sources if os.path.exists(source) for path in self._inventory_files(source)]
+        # A host list such as "node-01," holds no variables. One file: the inventory Ansible read is that file's.
+        for path in files:
+            if len(files) == 1 and len(self.sources) == 1:
+                single = self.inventory
+            else:
                 with _captured_warnings():
                     single = InventoryManager(loader=self.loader, sources=[path])
-                for group in single.groups.values():
-                    self.group_defs[group.name] += [
-                        Definition(str(k), v, path, f"group {group.name}") for k, v in group.vars.items()
-                    ]
-                for host in single.hosts.values():
-                    self.host_defs[host.name] += [
-                        Definition(str(k), v, path, f"host {host.name}") for k, v in host.vars.items()
-                    ]
+            for group in single.groups.values():
+                self.group_defs[group.name] += [
+                    Definition(str(k), v, path, f"group {group.name}") for k, v in group.vars.items()
+                ]
+            for host in single.hosts.values():
+                self.host_defs[host.name] += [
+                    Definition(str(k), v, path, f"host {host.name}") for k, v in host.vars.items()
+                ]
 
     def _load_vars_file(self, path: str) -> Any:
         try:
