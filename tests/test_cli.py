@@ -143,6 +143,24 @@ def test_provision_opens_the_inventory_vault_for_check_and_run(runner, local_inv
 
 
 @pytest.mark.slow
+def test_provision_opens_a_vault_encrypted_extra_vars_file(runner, local_inventory, tmp_path, verb_playbook):
+    """-e @file encrypted with ansible-vault: the run gets its values, as the check does (one loader, one secret)."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    verb_playbook("provision", "success.yml")
+    marker = tmp_path / "marker"
+    extra = tmp_path / "extra.yml"
+    plain_text = f"marker_path: {marker}\nmarker_content: from-the-vault\n"
+    extra.write_bytes(VaultLib([("default", VaultSecret(b"pw-for-the-lab"))]).encrypt(plain_text))
+    password = tmp_path / "vault-pass"
+    password.write_text("pw-for-the-lab\n")
+    args = ["provision", "-i", str(local_inventory), "-e", f"@{extra}", "--vault-password-file", str(password)]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert marker.read_text() == "from-the-vault\n"
+
+
+@pytest.mark.slow
 def test_provision_failure_summary_and_exit(runner, local_inventory, verb_playbook):
     verb_playbook("provision", "failing.yml")
     result = runner.invoke(main, ["provision", "-i", str(local_inventory)])

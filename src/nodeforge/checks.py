@@ -17,28 +17,25 @@ Problem = inventory_check.Problem
 plain = inventory_check.plain
 
 
-def check_inventory(
+def load(
     path: str | Path | Sequence[str | Path],
-    extravars: dict | None = None,
     extra_vars: Sequence[str] = (),
     vault_ids: Sequence[str] = (),
     vault_password_files: Sequence[str] = (),
-    ask_vault_pass: bool = False,
-) -> list[Problem]:
-    """Every problem of the inventory source(s) at once. `extra_vars` are -e strings as ansible-playbook takes
-    them; `extravars`, an already parsed mapping, is applied over them."""
+) -> inventory_check.InventoryView:
+    """The inventory source(s) and -e strings as ansible-playbook reads them, with one loader that holds the vault
+    secrets: the check runs on it, and the run takes its extra vars from it."""
     sources = [str(p) for p in path] if isinstance(path, (list, tuple)) else [str(path)]
-    view = inventory_check.load(
-        sources,
-        extra_vars=list(extra_vars),
-        vault_ids=vault_ids,
-        vault_password_files=vault_password_files,
-        ask_vault_pass=ask_vault_pass,
+    return inventory_check.load(
+        sources, extra_vars=list(extra_vars), vault_ids=vault_ids, vault_password_files=vault_password_files
     )
-    if extravars:
-        view.variable_manager._extra_vars = {**view.variable_manager.extra_vars, **extravars}
-        view.extra = [
-            inventory_check.Definition(str(k), v, inventory_check.EXTRA_VARS, "all hosts")
-            for k, v in view.variable_manager.extra_vars.items()
-        ]
-    return inventory_check.check(view)
+
+
+def check_inventory(
+    path: str | Path | Sequence[str | Path],
+    extra_vars: Sequence[str] = (),
+    vault_ids: Sequence[str] = (),
+    vault_password_files: Sequence[str] = (),
+) -> list[Problem]:
+    """Every problem of the inventory source(s) at once."""
+    return inventory_check.check(load(path, extra_vars, vault_ids, vault_password_files))

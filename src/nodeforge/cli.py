@@ -97,16 +97,14 @@ class Inputs:
             self.vault_password_files = (*self.vault_password_files, handle.name)
             self.ask_vault_pass = False
 
-    def problems(self) -> list[checks.Problem]:
+    def read(self) -> tuple[list[checks.Problem], dict[str, Any]]:
+        """The inventory's problems, and the -e values for the run, read once with the vault secrets (so that a
+        vault-encrypted -e @file opens for the run exactly as for the check)."""
         try:
-            return checks.check_inventory(
-                list(self.inventory),
-                extra_vars=self.extra_vars,
-                vault_ids=self.vault_ids,
-                vault_password_files=self.vault_password_files,
-            )
+            view = checks.load(list(self.inventory), self.extra_vars, self.vault_ids, self.vault_password_files)
         except checks.CheckInputError as exc:
             raise click.BadParameter(str(exc)) from exc
+        return inventory_check.check(view), checks.plain(view.variable_manager.extra_vars)
 
     def vault_cmdline(self) -> list[str]:
         args = [f"--vault-id={v}" for v in self.vault_ids]
@@ -132,11 +130,11 @@ def ansible_options(func: Any) -> Any:
     return func
 
 
-def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> None:
-    """The static check, run before any node is touched; exits non-zero on any problem."""
-    problems = inputs.problems()
+def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> dict[str, Any]:
+    """The static check, run before any node is touched; exits non-zero on any problem, else returns the -e values."""
+    problems, extravars = inputs.read()
     if not problems:
-        return
+        return extravars
     if json_mode:
         report.print_json(Console(), {"status": "invalid", "problems": [p.as_dict() for p in problems]})
     report.print_problems(console, problems)
@@ -146,8 +144,7 @@ def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> None:
 def run_verb(verb: str, inputs: Inputs, json_mode: bool, **kw: Any) -> int:
     spec = VERBS[verb]
     console = _console(json_mode)
-    extravars = parse_extravars(inputs.extra_vars)
-    validate_or_exit(console, inputs, json_mode)
+    extravars = validate_or_exit(console, inputs, json_mode)
     opts = RunOptions(
         inventory=list(inputs.inventory),
         extravars=extravars,
@@ -212,7 +209,7 @@ def check(json_mode: bool, **kw: Any) -> None:
     """Validate an inventory without touching any node; report every problem at once."""
     console = _console(json_mode)
     inputs = _inputs(kw)
-    problems = inputs.problems()
+    problems, _ = inputs.read()
     inventory = ", ".join(inputs.inventory)
     if json_mode:
         status = "invalid" if problems else "valid"
