@@ -14,12 +14,12 @@ play's action plugin builds it from the running playbook's inventory (from_hostv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
@@ -43,7 +43,7 @@ class CheckInputError(Exception):
     """Input that cannot even be read (an -e value, a vault secret): reported before anything is checked."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Problem:
     where: str  # a file (with line when known), or the inventory path
     scope: str  # "group gpu_nodes", "host node-01", "hosts node-01, node-02"
@@ -58,16 +58,10 @@ class Problem:
         return ": ".join(p for p in parts if p) + f": found {self.found}; expected {self.expected}"
 
     def as_dict(self) -> dict[str, str]:
-        return {
-            "where": self.where,
-            "scope": self.scope,
-            "variable": self.variable,
-            "found": self.found,
-            "expected": self.expected,
-        }
+        return dataclasses.asdict(self)
 
 
-@dataclass
+@dataclasses.dataclass
 class Definition:
     name: str
     value: Any
