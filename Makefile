@@ -9,8 +9,12 @@ LAB_NODES ?= 2
 setup:
 	@bash tools/setup.sh
 
+# NVIDIA's toolkit repository is out of reach here: the lab's nodes get a signed stand-in in its layout.
+LAB_TOOLKIT_MIRROR := build/lab-toolkit-mirror
+
 lab: setup
-	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --provision
+	$(VENV)/python tools/lab_toolkit_mirror.py $(LAB_TOOLKIT_MIRROR)
+	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --toolkit-mirror $(LAB_TOOLKIT_MIRROR) --provision
 
 lab-down:
 	$(VENV)/nodeforge lab down

@@ -32,7 +32,7 @@ command -v molecule >/dev/null || { echo "error: molecule is not installed (see 
 
 image=${MOLECULE_DISTRO:-$default_image}
 if [[ $image == "$default_image" ]]; then
-  NODEFORGE_BASE_IMAGE=$default_image bash "$repo/molecule/base-image/build.sh"
+  NODEFORGE_BASE_IMAGE=$default_image bash "$repo/lab/base-image/build.sh"
 fi
 if ! podman image exists "$image"; then
   echo "error: image $image is not present (it is never pulled: build it locally)" >&2

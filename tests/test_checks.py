@@ -19,8 +19,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nodeforge import content, specs
+from nodeforge import checks, content, specs
 from nodeforge.cli import main
+from nodeforge.collection import model
 from tests.conftest import PLAYBOOKS, REPO
 
 SAMPLES = sorted(p.parent for p in (REPO / "inventories").glob("*/hosts.yml"))
@@ -401,11 +402,43 @@ def test_templated_values_are_left_to_the_node(tmp_path):
     assert messages(inv) == []
 
 
-def test_lab_sample_inventory_is_what_lab_up_writes():
+def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
+    """`lab up` writes inventories/lab/hosts.yml's settings for its nodes: they pass check, resolve to Debian's 535."""
     from nodeforge import lab
 
+    monkeypatch.setenv("NODEFORGE_STATE_DIR", str(tmp_path))
+    path = lab.write_inventory("t", ["nodeforge-t-1"], mirror=False)
+    written = yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]
+    assert list(written["hosts"]) == ["nodeforge-t-1"]
+    # Without a mirror the nodes use NVIDIA's repository: the manifest's URLs, no loopback override left behind.
+    assert "nodeforge_manifest_overrides" not in written["vars"]
+    assert messages(path) == []
+    variables, origins = checks.load([str(path)]).host_variables("nodeforge-t-1")
+    host = model.HostModel("nodeforge-t-1", variables, origins)
+    assert host.get("nvidia_driver_branch") == model.Value("535", f"{path}: group gpu_nodes", True)
+    assert host.driver_source().value == "distro"
+
+    with_mirror = yaml.safe_load(lab.write_inventory("t", ["nodeforge-t-1"]).read_text())
     sample = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
-    assert sample == lab.inventory(["nodeforge-lab-1", "nodeforge-lab-2"])
+    assert with_mirror["all"]["children"]["gpu_nodes"]["vars"] == sample["all"]["children"]["gpu_nodes"]["vars"]
+
+
+def test_lab_toolkit_mirror_layout_is_checked(tmp_path):
+    from nodeforge import lab
+
+    with pytest.raises(lab.LabError) as missing:
+        lab.check_mirror(tmp_path)
+    assert str(missing.value).endswith("missing: gpgkey, stable/deb/amd64/InRelease")
+    with pytest.raises(lab.LabError, match="missing: the directory itself"):
+        lab.check_mirror(tmp_path / "nowhere")
+    built = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(tmp_path / "mirror")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lab.check_mirror(Path(built.stdout.strip()))
+    assert (tmp_path / "mirror" / "gpgkey").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
 
 
 # ---- inventories as sites write them: INI, vault, group priority, several files or sources ---------------------

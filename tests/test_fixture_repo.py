@@ -322,7 +322,7 @@ def _podman_ready() -> str | None:
     if not shutil.which("podman"):
         return "podman is not installed"
     probe = subprocess.run(["podman", "image", "exists", IMAGE], env=CONTAINERS_ENV, check=False)
-    return None if probe.returncode == 0 else f"{IMAGE} is not built (molecule/base-image/build.sh)"
+    return None if probe.returncode == 0 else f"{IMAGE} is not built (lab/base-image/build.sh)"
 
 
 def _podman(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

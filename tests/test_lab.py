@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 
 from nodeforge import lab
 from nodeforge.cli import main
+from tests.conftest import REPO
 
 pytestmark = [
     pytest.mark.slow,
@@ -25,9 +28,13 @@ def lab_name():
     lab.down(name)
 
 
-def test_lab_up_provision_down(lab_name):
+def test_lab_up_provision_down(lab_name, tmp_path):
     runner = CliRunner()
-    up = runner.invoke(main, ["lab", "up", "--nodes", "2", "--provision", "--json", "--name", lab_name])
+    # NVIDIA's toolkit repository is out of reach here: the signed stand-in, in NVIDIA's layout, as the mirror.
+    mirror = tmp_path / "toolkit-mirror"
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(mirror)], check=True)
+    argv = ["lab", "up", "--nodes", "2", "--toolkit-mirror", str(mirror), "--provision", "--json", "--name", lab_name]
+    up = runner.invoke(main, argv)
     assert up.exit_code == 0, up.output
     summary = json.loads(up.stdout)
     nodes = [f"nodeforge-{lab_name}-1", f"nodeforge-{lab_name}-2"]
@@ -71,6 +78,9 @@ def test_lab_up_provision_down(lab_name):
         assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dropin
         config = lab._podman("exec", host, "cat", "/etc/containerd/config.toml").stdout
         assert '"/etc/containerd/conf.d/*.toml"' in config
+        # The mirror is served by lab/serve_toolkit_mirror.yml's unit, enabled for the node's next start too.
+        unit = lab._podman("exec", host, "systemctl", "is-enabled", "nodeforge-lab-repo.service", check=False)
+        assert unit.stdout.strip() == "enabled", unit.stdout + unit.stderr
         # selinux_modules: the lab's Debian nodes have no SELinux policy store; the role says so and builds nothing.
         assert lab._podman("exec", host, "test", "-e", "/var/cache/nodeforge/selinux_modules", check=False).returncode
 

@@ -88,6 +88,37 @@ def test_dkms_2_format():
     }
 
 
+@pytest.mark.parametrize(
+    ("captured", "package"),
+    [
+        ("dkms-conf-nvidia-open-kernel-dkms-535-debian12.txt", "nvidia-current-open"),
+        ("dkms-conf-nvidia-kernel-dkms-535-debian12.txt", "nvidia-current"),
+    ],
+)
+def test_dkms_conf_of_debian_s_driver_packages(captured, package):
+    """Debian renames the installed files ($PACKAGE_NAME-peermem): modprobe takes those, the kernel keeps its own."""
+    conf = parsers.dkms_conf(output(captured))
+    assert (conf["name"], conf["version"]) == (package, "535.261.03")
+    assert list(conf["modules"]) == ["nvidia", "nvidia_modeset", "nvidia_drm", "nvidia_uvm", "nvidia_peermem"]
+    assert conf["modules"]["nvidia"] == {"modprobe": package, "kernel": "nvidia"}
+    assert conf["modules"]["nvidia_peermem"] == {"modprobe": f"{package}-peermem", "kernel": "nvidia_peermem"}
+
+
+def test_dkms_conf_without_dest_names_and_empty():
+    """NVIDIA's own DKMS packages install under the built names; no dkms.conf reads as nothing."""
+    conf = parsers.dkms_conf('PACKAGE_NAME=nvidia\nPACKAGE_VERSION="580.105.08"\nBUILT_MODULE_NAME[0]="nvidia-uvm"\n')
+    assert conf == {
+        "name": "nvidia",
+        "version": "580.105.08",
+        "modules": {"nvidia_uvm": {"modprobe": "nvidia-uvm", "kernel": "nvidia_uvm"}},
+    }
+    assert parsers.dkms_conf("") == {"name": "", "version": "", "modules": {}}
+    assert parsers.module_table(["nvidia", "nvidia-peermem"])["nvidia_peermem"] == {
+        "modprobe": "nvidia-peermem",
+        "kernel": "nvidia_peermem",
+    }
+
+
 VERSIONS = [
     "535.261.03-1",
     "535.261.03-1~deb12u1",

@@ -122,6 +122,82 @@ def test_ofed_inbox_packages_in_the_node_s_names():
     assert found["__ofed_inbox_pkgs"] == ["rdma-core", "libibverbs-utils", "infiniband-diags", "perftest"]
 
 
+OUTPUTS = Path(__file__).parent / "data" / "outputs"
+GPUDIRECT_DEFAULTS = {
+    "gpudirect_rdma_driver_flavor": "",
+    "gpudirect_rdma_driver_branch": "",
+    "gpudirect_rdma_driver_version": "",
+    "gpudirect_rdma_peermem_module_name": "",
+    "gpudirect_rdma_kernels": [],
+    "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current)?(-open)?$",
+}
+
+
+def gpudirect(variables: dict, dkms: str = "", kernel: str = "6.1.0-99-amd64") -> dict:
+    m = model.HostModel("node-01", {**GPUDIRECT_DEFAULTS, **variables}, {})
+    return settings.gpudirect_rdma(m, {"dkms_status": dkms, "kernel": kernel})
+
+
+def test_gpudirect_driver_from_what_nvidia_driver_found_first():
+    facts = {"flavor": "open", "version": "535.216.03", "modules": {"nvidia_peermem": {"modprobe": "nvidia-peermem"}}}
+    found = gpudirect({"nodeforge_profile": "dgx-1", "nvidia_driver_facts": facts, "nvidia_driver_branch": "580"})
+    driver = found["__gpudirect_rdma_driver"]
+    # The driver's facts beat the inventory's nvidia_driver_* and the profile; the branch from the facts' version.
+    assert (driver["flavor"], driver["flavor_from"]) == ("open", "nvidia_driver_facts.flavor")
+    assert (driver["branch"], driver["branch_from"]) == ("535", "nvidia_driver_facts.version")
+    assert (driver["peermem_module"], driver["peermem_module_from"]) == (
+        "nvidia-peermem",
+        "nvidia_driver_facts.modules.nvidia_peermem.modprobe",
+    )
+    # The role's own variable wins over everything; empty means unset.
+    own = gpudirect({"nvidia_driver_facts": facts, "gpudirect_rdma_driver_version": "470.256.02 "})
+    assert own["__gpudirect_rdma_driver"]["branch"] == "470"
+    assert own["__gpudirect_rdma_driver"]["branch_from"] == "gpudirect_rdma_driver_version"
+
+
+def test_gpudirect_driver_falls_back_to_profile_then_manifest():
+    driver = gpudirect({"nodeforge_profile": "dgx-1"})["__gpudirect_rdma_driver"]
+    assert (driver["flavor"], driver["flavor_from"]) == ("proprietary", "hardware profile dgx-1")
+    assert (driver["version"], driver["version_from"]) == ("", "nowhere")
+    lab = gpudirect({"nodeforge_profile": "lab"})["__gpudirect_rdma_driver"]
+    assert (lab["branch"], lab["branch_from"]) == (
+        str(model.manifest()["nvidia_driver"]["branch"]),
+        "version manifest nvidia_driver.branch",
+    )
+    overridden = {"nodeforge_manifest_overrides": {"nvidia_driver": {"branch": "570"}}}
+    assert gpudirect(overridden)["__gpudirect_rdma_driver"]["branch"] == "570"
+
+
+def test_gpudirect_dkms_modules_and_kernels_from_dkms_status():
+    mixed = (OUTPUTS / "dkms-status-mixed-debian12.txt").read_text()
+    found = gpudirect({}, dkms=mixed)
+    # nvidia-current for two kernels; gdrdrv is not the driver's module.
+    assert [(e["name"], e["kernel"]) for e in found["__gpudirect_rdma_nvidia_dkms"]] == [
+        ("nvidia-current", "6.1.0-28-amd64"),
+        ("nvidia-current", "6.1.0-30-amd64"),
+    ]
+    assert found["__gpudirect_rdma_kernels"] == ["6.1.0-28-amd64", "6.1.0-30-amd64"]
+    assert found["__gpudirect_rdma_kernels_from"] == "the NVIDIA DKMS modules (dkms status)"
+    assert found["__gpudirect_rdma_min_branch"] == model.manifest()["gpudirect_rdma"]["nvidia_peermem_min_branch"]
+    # A module only added (no kernel yet) is not a build: the running kernel then.
+    added = gpudirect({}, dkms=(OUTPUTS / "dkms-status-added-debian12.txt").read_text())
+    assert (added["__gpudirect_rdma_nvidia_dkms"], added["__gpudirect_rdma_kernels"]) == ([], ["6.1.0-99-amd64"])
+    assert added["__gpudirect_rdma_kernels_from"] == "the running kernel"
+    # A module the nvidia_driver role named outside the pattern counts; kernels the role listed come before dkms.
+    facts = {"dkms": {"name": "gdrdrv", "kernels": ["6.1.0-31-amd64"]}}
+    named = gpudirect({"nvidia_driver_facts": facts}, dkms=mixed)
+    assert [e["name"] for e in named["__gpudirect_rdma_nvidia_dkms"]][-1] == "gdrdrv"
+    assert (named["__gpudirect_rdma_kernels"], named["__gpudirect_rdma_kernels_from"]) == (
+        ["6.1.0-31-amd64"],
+        "nvidia_driver_facts.dkms.kernels",
+    )
+    own = gpudirect({"gpudirect_rdma_kernels": ["6.1.0-1-amd64"]}, dkms=mixed)
+    assert (own["__gpudirect_rdma_kernels"], own["__gpudirect_rdma_kernels_from"]) == (
+        ["6.1.0-1-amd64"],
+        "gpudirect_rdma_kernels",
+    )
+
+
 @pytest.mark.slow
 def test_resolve_settings_action_in_a_playbook(tmp_path):
     """The action as the roles call it: variables templated as a task sees them, profile and overrides applied."""
@@ -142,11 +218,18 @@ def test_resolve_settings_action_in_a_playbook(tmp_path):
     - nodeforge.gpu.resolve_settings:
         role: ofed
         node: {os_id: debian12, inbox_names: {}}
+    - nodeforge.gpu.resolve_settings:
+        role: gpudirect_rdma
+        node: {dkms_status: "nvidia-current/535.216.03, 6.1.0-28-amd64, x86_64: installed", kernel: "6.1.0-1-amd64"}
+      vars:
+        gpudirect_rdma_nvidia_dkms_pattern: "^nvidia(-current)?(-open)?$"
     - ansible.builtin.copy:
         dest: "{{ out }}"
         content: >-
           {{ {'driver': [__nvidia_driver_branch, __nvidia_driver_flavor],
-              'ofed': [__ofed_mode, __ofed_mode_from]} | to_json }}
+              'ofed': [__ofed_mode, __ofed_mode_from],
+              'gpudirect': [__gpudirect_rdma_driver.branch, __gpudirect_rdma_driver.branch_from,
+                            __gpudirect_rdma_kernels]} | to_json }}
         mode: "0600"
       delegate_to: localhost
 """
@@ -160,4 +243,5 @@ def test_resolve_settings_action_in_a_playbook(tmp_path):
     assert json.loads(out.read_text()) == {
         "driver": ["535", "proprietary"],
         "ofed": ["inbox", "nodeforge_manifest_overrides ofed.mode"],
+        "gpudirect": ["535", "nvidia_driver_branch", ["6.1.0-28-amd64"]],
     }

@@ -29,4 +29,4 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
 fi
 
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
-bash molecule/base-image/build.sh
+bash lab/base-image/build.sh

@@ -258,12 +258,21 @@ def _lab_call(func: Any, *args: Any) -> Any:
 @click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of container nodes.")
 @click.option("--provision", "then_provision", is_flag=True, help="Provision the nodes right away.")
 @click.option("--json", "json_mode", is_flag=True, help="Machine-readable provision summary.")
+@click.option(
+    "--toolkit-mirror",
+    type=click.Path(path_type=Path),
+    help="A local copy of NVIDIA's container toolkit repository (gpgkey, stable/deb/amd64/) to serve to the nodes.",
+)
 @_lab_name
-def lab_up(nodes: int, then_provision: bool, json_mode: bool, name: str) -> None:
+def lab_up(nodes: int, then_provision: bool, json_mode: bool, toolkit_mirror: Path | None, name: str) -> None:
     """Start N container nodes and write their inventory."""
     console = _console(json_mode)
-    path = _lab_call(lab.up, name, nodes)
+    path = _lab_call(lab.up, name, nodes, toolkit_mirror)
     console.print(f"lab {name}: {len(_lab_call(lab.nodes, name))} node(s) up; inventory: {path}")
+    if toolkit_mirror is None:
+        console.print("container toolkit: from NVIDIA's repository (no --toolkit-mirror given)")
+    else:
+        console.print(f"container toolkit: from {toolkit_mirror}, served on each node's loopback")
     if then_provision:
         sys.exit(_lab_provision(name, json_mode))
 

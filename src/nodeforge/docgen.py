@@ -76,9 +76,9 @@ def render_inventory_reference() -> str:
             or "none"
         )
         d = p.get("defaults", {})
+        branch = d.get("nvidia_driver_branch") or f"{content.manifest()['nvidia_driver']['branch']} (the manifest's)"
         out.append(
-            f"| `{name}` | {gpus} | {gpu['architecture']} | {hcas} | {d.get('nvidia_driver_flavor', '')} "
-            f"| {d.get('nvidia_driver_branch', '')} |"
+            f"| `{name}` | {gpus} | {gpu['architecture']} | {hcas} | {d.get('nvidia_driver_flavor', '')} | {branch} |"
         )
     out += ["", "Profile descriptions:", ""]
     out += [f"- `{name}`: {p['description']}" for name, p in content.profiles().items()]

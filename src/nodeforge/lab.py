@@ -6,15 +6,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
 from nodeforge import content
-from nodeforge.runner import state_dir
+from nodeforge.runner import RunOptions, run_playbook, state_dir
 
 IMAGE = os.environ.get("NODEFORGE_BASE_IMAGE", "localhost/nodeforge-debian12:latest")
 LABEL = "org.nodeforge.lab"
@@ -55,7 +55,7 @@ def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def ensure_image() -> None:
     """Build the base image when missing or stale (the build script caches on its own checksum)."""
-    script = content.root() / "base-image" / "build.sh"
+    script = content.root() / "lab" / "base-image" / "build.sh"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=podman_env(), check=False)
     if proc.returncode != 0:
         raise LabError(f"building the base image failed ({script}):\n{proc.stderr.strip()}")
@@ -79,59 +79,66 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
     raise LabError(f"lab node {container} did not finish booting within {timeout:.0f}s (systemd: {state or '?'})")
 
 
-# What the lab's container nodes can do: Debian 12's own driver (branch 535, the only one bookworm ships); no
-# kernel to build modules for (a container runs the host's kernel, whose headers are not packaged), so DKMS builds
-# nothing and nvidia-peermem is persisted for the next boot but not required to be installed.
-# NVIDIA's container toolkit repository cannot be reached from here: each node serves signed stand-in toolkit
-# packages (fixture_repo/specs/nvidia_container_toolkit.yml, "nodeforge fixture stand-in" in their descriptions) on
-# its own loopback, laid out like NVIDIA's repository, and the lab's manifest overrides point there.
-LAB_REPO_PORT = 8083
-LAB_REPO_ROOT = "/srv/nodeforge-lab-repo"
-LAB_REPO_PATH = "stable/deb/amd64"
-LAB_VARS = {
-    "nvidia_driver_source": "distro",
-    "nvidia_driver_branch": "535",
-    "gpudirect_rdma_require_module": False,
-    "ofed_mode": "inbox",
-    "nodeforge_manifest_overrides": {
-        "nvidia_container_toolkit": {
-            "deb_url": f"http://127.0.0.1:{LAB_REPO_PORT}/stable/deb/$(ARCH)",
-            "key_url": f"http://127.0.0.1:{LAB_REPO_PORT}/gpgkey",
-        }
-    },
-}
+# The lab's settings live in one place, the sample inventory shipped as inventories/lab/hosts.yml: what the lab's
+# container nodes can do (Debian 12's own driver, branch 535; no kernel to build modules for, so
+# gpudirect_rdma_require_module false; Debian's RDMA stack) and where a toolkit mirror is served on each node's
+# loopback. `lab up` writes that inventory with its own node names.
+SAMPLE = ("inventories", "lab", "hosts.yml")
+GROUP = "gpu_nodes"
+MIRROR_SECTION = "nvidia_container_toolkit"
+MIRROR_ARCH = "amd64"
 
 
-def inventory(hosts: list[str]) -> dict:
-    """The lab's inventory: its container nodes over the podman connection, profile lab, LAB_VARS."""
-    return {
-        "all": {
-            "children": {
-                "gpu_nodes": {
-                    "hosts": {h: None for h in hosts},
-                    "vars": {
-                        "ansible_connection": "containers.podman.podman",
-                        "ansible_python_interpreter": "/usr/bin/python3",
-                        "nodeforge_profile": "lab",
-                        **LAB_VARS,
-                    },
-                }
-            }
-        }
-    }
+def sample() -> dict:
+    return yaml.safe_load(content.root().joinpath(*SAMPLE).read_text())
 
 
-def write_inventory(name: str, hosts: list[str]) -> Path:
+def _mirror_urls(group_vars: dict) -> dict[str, str]:
+    return group_vars["nodeforge_manifest_overrides"][MIRROR_SECTION]
+
+
+def inventory(hosts: list[str], mirror: bool = True) -> dict:
+    """The lab's inventory: the sample's group vars for these nodes; without a mirror, NVIDIA's own repository."""
+    data = sample()
+    group = data["all"]["children"][GROUP]
+    group["hosts"] = {h: None for h in hosts}
+    if not mirror:
+        overrides = group["vars"]["nodeforge_manifest_overrides"]
+        overrides.pop(MIRROR_SECTION)
+        if not overrides:
+            group["vars"].pop("nodeforge_manifest_overrides")
+    return data
+
+
+def write_inventory(name: str, hosts: list[str], mirror: bool = True) -> Path:
     path = inventory_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = "# Written by `nodeforge lab up`: the lab's container nodes (podman connection, profile lab).\n"
-    path.write_text(header + yaml.safe_dump(inventory(hosts), sort_keys=False))
+    header = "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes.\n"
+    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror), sort_keys=False))
     return path
 
 
-def up(name: str, count: int) -> Path:
+def check_mirror(mirror: Path) -> None:
+    """A toolkit mirror has NVIDIA's layout: the signing key and the flat repository the inventory's URLs name."""
+    urls = _mirror_urls(sample()["all"]["children"][GROUP]["vars"])
+    wanted = [
+        urlsplit(urls["key_url"]).path,
+        urlsplit(urls["deb_url"]).path.replace("$(ARCH)", MIRROR_ARCH) + "/InRelease",
+    ]
+    missing = [p.lstrip("/") for p in wanted if not (mirror / p.lstrip("/")).is_file()]
+    if not mirror.is_dir() or missing:
+        raise LabError(
+            f"--toolkit-mirror {mirror}: expected a copy of NVIDIA's container toolkit repository in its own layout; "
+            f"missing: {', '.join(missing) if mirror.is_dir() else 'the directory itself'}"
+        )
+
+
+def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
     if count < 1:
         raise LabError(f"--nodes must be at least 1 (got {count})")
+    if toolkit_mirror is not None:
+        toolkit_mirror = toolkit_mirror.resolve()
+        check_mirror(toolkit_mirror)
     ensure_image()
     wanted = [f"nodeforge-{name}-{i}" for i in range(1, count + 1)]
     existing = {n.name: n for n in nodes(name)}
@@ -146,47 +153,24 @@ def up(name: str, count: int) -> Path:
             _podman("start", container)
     for container in wanted:
         _wait_booted(container)
-    repo = _toolkit_repo(name)
-    for container in wanted:
-        _serve_toolkit_repo(container, repo)
     # Nodes beyond --nodes are left running: `lab down` removes them; nothing is destroyed implicitly.
-    return write_inventory(name, sorted(set(wanted) | set(existing)))
+    path = write_inventory(name, sorted(set(wanted) | set(existing)), mirror=toolkit_mirror is not None)
+    if toolkit_mirror is not None:
+        _serve_mirror(path, toolkit_mirror)
+    return path
 
 
-def _toolkit_repo(name: str) -> Path:
-    """The stand-in toolkit repository, built once per lab (signed with the lab's own throwaway key)."""
-    out = lab_dir(name) / "toolkit-repo"
-    if not (out / "repo" / "InRelease").exists():
-        builder = content.root() / "fixture_repo"
-        argv = [sys.executable, str(builder / "fixture_repo.py"), "build", "--flat", "--out", str(out)]
-        argv += ["--spec", str(builder / "specs" / "nvidia_container_toolkit.yml")]
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            detail = proc.stderr.strip() or proc.stdout.strip()
-            raise LabError(f"building the lab's toolkit repository failed:\n{detail}")
-    return out / "repo"
-
-
-def _serve_toolkit_repo(container: str, repo: Path, timeout: float = 30.0) -> None:
-    """Copy the repository into the node and serve it on the node's loopback (a transient systemd unit)."""
-    unit = "nodeforge-lab-repo"
-    if _podman("exec", container, "systemctl", "is-active", "--quiet", unit, check=False).returncode == 0:
-        return
-    target = f"{LAB_REPO_ROOT}/{LAB_REPO_PATH}"
-    _podman("exec", container, "mkdir", "-p", target)
-    _podman("cp", f"{repo}/.", f"{container}:{target}/")
-    _podman("exec", container, "cp", f"{target}/fixture-archive-keyring.asc", f"{LAB_REPO_ROOT}/gpgkey")
-    _podman(
-        "exec", container, "systemd-run", f"--unit={unit}", "--description=nodeforge lab: stand-in toolkit repo",
-        "/usr/bin/python3", "-m", "http.server", str(LAB_REPO_PORT), "--bind", "127.0.0.1",
-        "--directory", LAB_REPO_ROOT,
-    )  # fmt: skip
-    probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{LAB_REPO_PORT}/gpgkey', timeout=2)"
-    deadline = time.monotonic() + timeout
-    while _podman("exec", container, "python3", "-c", probe, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            raise LabError(f"the lab's toolkit repository did not answer on {container} within {timeout:.0f}s")
-        time.sleep(0.5)
+def _serve_mirror(inventory_file: Path, mirror: Path) -> None:
+    """lab/serve_toolkit_mirror.yml: copy the mirror to every node and serve it on the node's loopback."""
+    opts = RunOptions(
+        inventory=str(inventory_file),
+        extravars={"lab_toolkit_mirror": str(mirror)},
+        envvars={"CONTAINERS_CONF": podman_env()["CONTAINERS_CONF"]},
+    )
+    result = run_playbook(str(content.root() / "lab" / "serve_toolkit_mirror.yml"), opts)
+    if result.rc != 0:
+        detail = "; ".join(f"{f.host}: {f.task}: {f.message}" for f in result.failures) or result.error
+        raise LabError(f"serving the toolkit mirror to the lab's nodes failed ({result.artifacts}): {detail}")
 
 
 def down(name: str) -> list[str]:

@@ -26,7 +26,7 @@ options:
     description: The role whose settings to resolve.
     type: str
     required: true
-    choices: [nvidia_driver, ofed]
+    choices: [nvidia_driver, ofed, gpudirect_rdma, nvidia_container_toolkit]
   node:
     description: What the role probed on the node and the resolution needs (per role, see module_utils/settings.py).
     type: dict

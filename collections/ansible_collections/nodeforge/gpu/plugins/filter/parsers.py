@@ -8,7 +8,7 @@ from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
 
 DOCUMENTATION = r"""
 name: madison
-short_description: nodeforge.gpu output parsers (madison, dpkg_query_status, dkms_status, choose_version)
+short_description: nodeforge.gpu output parsers (madison, dpkg_query_status, dkms_status, dkms_conf, ...)
 description:
   - C(madison) lists the versions of C(apt-cache madison PKG) once each, in apt's order.
   - C(dpkg_query_status) reads C(dpkg-query --showformat='${db:Status-Abbrev}${Version}') into installed, held
@@ -16,6 +16,8 @@ description:
   - C(dpkg_query_installed) reads C(dpkg-query --showformat='${Package} ${db:Status-Abbrev}${Version}\\n') into
     the installed packages' versions by name.
   - C(dkms_status) reads C(dkms status) into a list of name, version, kernel, arch and state.
+  - C(dkms_conf) reads a DKMS package's dkms.conf into name, version and its kernel modules (C(module_table)).
+  - C(module_table) maps kernel module names to their modprobe and kernel (underscore) names.
   - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
 author: nodeforge
 options:
@@ -33,6 +35,8 @@ class FilterModule:
             "dpkg_query_status": parsers.dpkg_query_status,
             "dpkg_query_installed": parsers.dpkg_query_installed,
             "dkms_status": parsers.dkms_status,
+            "dkms_conf": parsers.dkms_conf,
+            "module_table": parsers.module_table,
             "choose_version": parsers.choose_version,
             "deb_version_compare": parsers.deb_version_compare,
         }

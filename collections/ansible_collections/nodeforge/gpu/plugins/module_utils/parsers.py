@@ -8,6 +8,7 @@ outputs (tests/data/outputs/).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from functools import cmp_to_key
 
@@ -74,6 +75,64 @@ def dkms_status(stdout: str | list[str]) -> list[dict]:
             entry["state"] = entry["state"].rstrip(",")
             entries.append(entry)
     return entries
+
+
+def module_table(names: list[str]) -> dict:
+    """Kernel module names (as modprobe takes them) -> {kernel name: {modprobe, kernel}}; the kernel writes "_"."""
+    return {name.replace("-", "_"): {"modprobe": name, "kernel": name.replace("-", "_")} for name in names}
+
+
+def dkms_conf(text: str) -> dict:
+    """A DKMS package's dkms.conf -> {name, version, modules}: modules as module_table, each module's modprobe name
+    the file DKMS installs (DEST_MODULE_NAME, ${PACKAGE_NAME} expanded, else BUILT_MODULE_NAME). dkms.conf is shell:
+    quotes are dropped before reading."""
+    conf = re.sub("[\"']", "", _text(text))
+
+    def first(key: str) -> str:
+        match = re.search(rf"^{key}=(\S+)", conf, re.MULTILINE)
+        return match.group(1) if match else ""
+
+    name = first("PACKAGE_NAME")
+    dest = dict(re.findall(r"^DEST_MODULE_NAME\[([0-9]+)\]=(\S+)", conf, re.MULTILINE))
+    modules = {}
+    for index, built in re.findall(r"^BUILT_MODULE_NAME\[([0-9]+)\]=(\S+)", conf, re.MULTILINE):
+        installed = dest.get(index, built).replace("${PACKAGE_NAME}", name).replace("$PACKAGE_NAME", name)
+        modules[built.replace("-", "_")] = {"modprobe": installed, "kernel": built.replace("-", "_")}
+    return {"name": name, "version": first("PACKAGE_VERSION"), "modules": modules}
+
+
+def nvidia_sources(output: str | list[str]) -> list[dict]:
+    """The NVIDIA driver source probe's "DIR FLAVOR" lines (roles/gpudirect_rdma/tasks/nvidia_source.yml) ->
+    [{dir, flavor, version}], the version read from the directory's name (nvidia[-current][-open]-VERSION)."""
+    found = []
+    for line in _text(output).splitlines():
+        if not line.strip():
+            continue
+        directory, _, flavor = line.rpartition(" ")
+        version = re.search(r"/nvidia-(?:current-)?(?:open-)?([0-9][^/]*)", directory)
+        found.append({"dir": directory, "flavor": flavor, "version": version.group(1) if version else ""})
+    return found
+
+
+def rpm_spec(text: str) -> dict:
+    """An RPM spec's Version and the release build_module.sh reads ("%{!?_release: %define _release N}"), "0" when
+    absent."""
+    version = re.search(r"(?m)^Version:\s*(\S+)", text or "")
+    release = re.search(r"(?:define|global)\s+_release\s+([^}\s]+)", text or "")
+    return {"version": version.group(1) if version else "0", "release": release.group(1) if release else "0"}
+
+
+def booleans_local(text: str) -> dict[str, str]:
+    """libsemanage's booleans.local ("name=1" / "name=0" lines) -> name -> "1" | "0"."""
+    return dict(re.findall(r"^\s*([A-Za-z0-9_]+)\s*=\s*([01])", text or "", re.MULTILINE))
+
+
+def prefix_length(netmask: str | int) -> int:
+    """An IPv4 netmask as a prefix length: 255.255.255.0 or 24 -> 24; anything else is refused."""
+    try:
+        return ipaddress.IPv4Network(f"0.0.0.0/{str(netmask).strip()}").prefixlen
+    except ValueError as exc:
+        raise ValueError(f"not an IPv4 netmask or prefix length: {netmask!r}") from exc
 
 
 def _order(char: str) -> int:

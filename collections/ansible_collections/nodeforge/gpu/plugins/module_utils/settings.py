@@ -6,9 +6,11 @@ same values through the same model."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
 from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, as_bool, is_empty, table
 
 
@@ -92,7 +94,119 @@ def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
     }
 
 
+def _first(candidates: list[tuple[Any, str]]) -> tuple[str, str]:
+    """The first non-empty candidate and where it came from; ("", "nowhere") when none is set."""
+    return next(((_text(value), origin) for value, origin in candidates if _text(value)), ("", "nowhere"))
+
+
+def _major(version: Any) -> str:
+    return _text(version).split(".")[0]
+
+
+def gpudirect_rdma(m: HostModel, node: Mapping[str, Any]) -> dict:
+    """The NVIDIA driver GPUDirect works with (flavor, branch, version, peermem module, each with its origin), the
+    driver's DKMS modules and the kernels to build for. node: {dkms_status: `dkms status` output, kernel: running}.
+
+    First non-empty source wins: the role's own variable, what the nvidia_driver role found (nvidia_driver_facts),
+    the nvidia_driver role's variables, the hardware profile, the version manifest."""
+    v = m.variables
+    facts = v.get("nvidia_driver_facts")
+    facts = facts if isinstance(facts, Mapping) else {}
+    profile_defaults = table(m.profile, "defaults")
+    profile = f"hardware profile {_text(v.get('nodeforge_profile'))}"
+    own_version = v.get("gpudirect_rdma_driver_version")
+    sources = {
+        "flavor": [
+            (v.get("gpudirect_rdma_driver_flavor"), "gpudirect_rdma_driver_flavor"),
+            (facts.get("flavor"), "nvidia_driver_facts.flavor"),
+            (v.get("nvidia_driver_flavor"), "nvidia_driver_flavor"),
+            (profile_defaults.get("nvidia_driver_flavor"), profile),
+        ],
+        "version": [
+            (own_version, "gpudirect_rdma_driver_version"),
+            (facts.get("version"), "nvidia_driver_facts.version"),
+            (v.get("nvidia_driver_version"), "nvidia_driver_version"),
+        ],
+        "branch": [
+            (v.get("gpudirect_rdma_driver_branch"), "gpudirect_rdma_driver_branch"),
+            (_major(own_version), "gpudirect_rdma_driver_version"),
+            (facts.get("branch"), "nvidia_driver_facts.branch"),
+            (_major(facts.get("version")), "nvidia_driver_facts.version"),
+            (v.get("nvidia_driver_branch"), "nvidia_driver_branch"),
+            (_major(v.get("nvidia_driver_version")), "nvidia_driver_version"),
+            (profile_defaults.get("nvidia_driver_branch"), profile),
+            (table(m.manifest, "nvidia_driver").get("branch"), "version manifest nvidia_driver.branch"),
+        ],
+        "peermem_module": [
+            (v.get("gpudirect_rdma_peermem_module_name"), "gpudirect_rdma_peermem_module_name"),
+            (
+                table(facts, "modules", "nvidia_peermem").get("modprobe"),
+                "nvidia_driver_facts.modules.nvidia_peermem.modprobe",
+            ),
+        ],
+    }
+    driver: dict[str, str] = {}
+    for key, candidates in sources.items():
+        driver[key], driver[f"{key}_from"] = _first(candidates)
+
+    # The driver's DKMS modules, per kernel (a module only added to DKMS, for no kernel yet, is not a build): those
+    # the pattern names, and the one the nvidia_driver role named when it ran.
+    built = [e for e in parsers.dkms_status(node.get("dkms_status") or "") if e["kernel"]]
+    pattern = re.compile(_text(v.get("gpudirect_rdma_nvidia_dkms_pattern")) or "^$")
+    named = _text(table(facts, "dkms").get("name"))
+    nvidia_dkms = [e for e in built if pattern.match(e["name"])]
+    nvidia_dkms += [e for e in built if named and e["name"] == named and not pattern.match(e["name"])]
+
+    own_kernels = v.get("gpudirect_rdma_kernels") or []
+    facts_kernels = table(facts, "dkms").get("kernels") or []
+    dkms_kernels = list(dict.fromkeys(e["kernel"] for e in nvidia_dkms))
+    kernels, kernels_from = next(
+        (found, origin)
+        for found, origin in (
+            (list(own_kernels), "gpudirect_rdma_kernels"),
+            (list(facts_kernels), "nvidia_driver_facts.dkms.kernels"),
+            (dkms_kernels, "the NVIDIA DKMS modules (dkms status)"),
+            ([_text(node.get("kernel"))], "the running kernel"),
+        )
+        if found
+    )
+    return {
+        "__gpudirect_rdma_driver": driver,
+        "__gpudirect_rdma_nvidia_dkms": nvidia_dkms,
+        "__gpudirect_rdma_kernels": kernels,
+        "__gpudirect_rdma_kernels_from": kernels_from,
+        "__gpudirect_rdma_min_branch": int(table(m.manifest, "gpudirect_rdma").get("nvidia_peermem_min_branch") or 0),
+    }
+
+
+def nvidia_container_toolkit(m: HostModel, node: Mapping[str, Any]) -> dict:
+    """Version, packages, repository and key, the default runtime, whether OCI hooks are wanted.
+    node: {url_key: the manifest's repository URL for this OS's package family (deb_url or rpm_url)}."""
+    v = m.variables
+    manifest = table(m.manifest, "nvidia_container_toolkit")
+    own_version = _text(v.get("nvidia_container_toolkit_version"))
+    runtimes = v.get("nvidia_container_toolkit_runtimes") or []
+    return {
+        "__nvidia_container_toolkit_version": own_version or _text(manifest.get("version")),
+        "__nvidia_container_toolkit_version_from": "nvidia_container_toolkit_version"
+        if own_version
+        else "version manifest nvidia_container_toolkit.version",
+        "__nvidia_container_toolkit_packages": list(manifest.get("packages") or []),
+        "__nvidia_container_toolkit_repo_url": _text(v.get("nvidia_container_toolkit_repo_url"))
+        or _text(manifest.get(_text(node.get("url_key")))),
+        "__nvidia_container_toolkit_key_url": _text(v.get("nvidia_container_toolkit_key_url"))
+        or _text(manifest.get("key_url")),
+        "__nvidia_container_toolkit_default": _text(v.get("__nvidia_container_toolkit_runtime_name"))
+        if as_bool(v.get("nvidia_container_toolkit_set_as_default"))
+        else "",
+        "__nvidia_container_toolkit_hooks": "podman" in runtimes
+        or ("crio" in runtimes and v.get("nvidia_container_toolkit_crio_mode") == "hooks"),
+    }
+
+
 RESOLVERS: dict[str, Callable[[HostModel, Mapping[str, Any]], dict]] = {
     "nvidia_driver": nvidia_driver,
     "ofed": ofed,
+    "gpudirect_rdma": gpudirect_rdma,
+    "nvidia_container_toolkit": nvidia_container_toolkit,
 }

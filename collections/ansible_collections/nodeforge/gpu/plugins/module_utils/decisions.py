@@ -1,0 +1,70 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""What the roles decide from what they found on the node (packages installed, policy stores, build inputs): the
+decisions the roles used to compute in Jinja loops that mutate a dict. Filters in plugins/filter/decisions.py."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils.model import as_bool
+from ansible_collections.nodeforge.gpu.plugins.module_utils.parsers import booleans_local, rpm_spec
+
+
+def selinux_boolean_changes(wanted: Mapping[str, Any], booleans_local_text: str) -> dict[str, bool]:
+    """The booleans of `wanted` whose value booleans.local does not already hold (name -> the value to write)."""
+    local = booleans_local(booleans_local_text)
+    return {
+        name: as_bool(value) for name, value in wanted.items() if local.get(name) != ("1" if as_bool(value) else "0")
+    }
+
+
+def by_name(items: list[Mapping[str, Any]], fields: list[str], key: str = "name") -> dict[str, dict]:
+    """[{name, a, b, ...}] -> {name: {a, b}} with only `fields` kept."""
+    return {item[key]: {field: item.get(field) for field in fields} for item in items}
+
+
+def nv_peer_mem_builds(
+    kernels: list[str],
+    spec_text: str,
+    package_format: str,
+    package_prefix: str,
+    packages: Mapping[str, list[Mapping[str, Any]]],
+    inputs: list[Any],
+    fingerprint: list[str],
+    build_time: str,
+) -> list[dict]:
+    """One nv_peer_mem package per kernel, and whether it must be built.
+
+    Version: the spec's Version-Release, then "nf<UTC build time>.<digest>" where the digest covers everything the
+    module is built from (`inputs`: tarball checksum, driver source, OFED tree, module location; plus the kernel's
+    ib_core line of `fingerprint`). An installed package whose release carries the same digest is current; a
+    different digest rebuilds, and the build time keeps versions increasing so the package manager upgrades."""
+    spec = rpm_spec(spec_text)
+    sep = "+" if package_format == "deb" else "."
+    builds = []
+    for kernel in kernels:
+        lines = [line for line in fingerprint if re.match(re.escape(kernel) + " ", line)]
+        digest = hashlib.sha1("|".join(str(part) for part in [*inputs, *lines]).encode()).hexdigest()[:10]
+        release = f"{spec['release']}{sep}nf{build_time}.{digest}"
+        name = f"{package_prefix}{kernel}"
+        installed = (packages.get(name) or [{}])[0]
+        have = ""
+        if installed:
+            have = str(installed.get("version", "")) + (f"-{installed['release']}" if installed.get("release") else "")
+        wanted = "^" + re.escape(f"{spec['version']}-{spec['release']}{sep}") + "nf[0-9]+[.]" + digest + "$"
+        builds.append(
+            {
+                "kernel": kernel,
+                "package": name,
+                "version": spec["version"],
+                "release": release,
+                "full_version": f"{spec['version']}-{release}",
+                "installed": have,
+                "needed": re.match(wanted, have) is None,
+            }
+        )
+    return builds
