@@ -397,6 +397,46 @@ def test_vgpu_guest_needs_the_grid_driver_in_the_manifest(tmp_path):
     assert "lacks rpm.url" in problem
 
 
+BAD_OVERRIDES = [
+    ({"nvidia_driver": None}, "nodeforge_manifest_overrides.nvidia_driver: found None (null); expected a mapping"),
+    ({"ofed": [1]}, "nodeforge_manifest_overrides.ofed: found [1] (list); expected a mapping"),
+    ({"nvidia_driver": "x"}, "nodeforge_manifest_overrides.nvidia_driver: found 'x' (str); expected a mapping"),
+    ({"nvidia_driver": {"branches": [1]}}, "nodeforge_manifest_overrides.nvidia_driver.branches: found [1] (list)"),
+    ({"gpudirect_rdma": {"gdrcopy": "x"}}, "nodeforge_manifest_overrides.gpudirect_rdma.gdrcopy: found 'x' (str)"),
+    (
+        {"nvidia_container_toolkit": {"packages": "x"}},
+        "nvidia_container_toolkit.packages: found 'x' (str); expected a list",
+    ),
+    (
+        {"nvidia_drvier": {}},
+        "nodeforge_manifest_overrides.nvidia_drvier: found {} (dict); expected one of the manifest",
+    ),
+    ({"nvidia_driver": {"grid": {"verison": "580.95.05"}}}, "grid.verison: found '580.95.05' (str); expected one of"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BAD_OVERRIDES, ids=[str(o) for o, _ in BAD_OVERRIDES])
+def test_manifest_overrides_that_do_not_fit_the_manifest(tmp_path, overrides, expected):
+    """Named errors, never a traceback (a list where the manifest has a mapping crashed the rules)."""
+    [problem] = messages(write_inventory(tmp_path, {"nodeforge_manifest_overrides": overrides}))
+    assert expected in problem
+
+
+def test_manifest_overrides_that_fit(tmp_path):
+    """New table entries (a branch, a distribution), single values, and an empty (null) overrides variable."""
+    overrides = {
+        "nvidia_driver": {"branches": {"620": {"version": "620.10.01"}}, "distro_branches": {"debian13": ["580"]}},
+        "ofed": {"mode": "inbox"},
+    }
+    assert messages(write_inventory(tmp_path / "a", {"nodeforge_manifest_overrides": overrides})) == []
+    assert messages(write_inventory(tmp_path / "b", {"nodeforge_manifest_overrides": None})) == []
+
+
+def test_type_errors_name_plain_types(tmp_path):
+    [problem] = messages(write_inventory(tmp_path, {"nodeforge_manifest_overrides": "x"}))
+    assert problem.endswith("nodeforge_manifest_overrides: found 'x' (str); expected type dict"), problem
+
+
 def test_templated_values_are_left_to_the_node(tmp_path):
     inv = write_inventory(tmp_path, {"nvidia_driver_version": "{{ site_driver_version }}"})
     assert messages(inv) == []
@@ -597,11 +637,24 @@ def test_repeated_inventory_sources_are_all_read(tmp_path):
 
 
 def test_extra_vars_with_quoted_spaces(tmp_path):
-    from nodeforge.cli import parse_extravars
+    from nodeforge.cli import Inputs
 
-    assert parse_extravars(('site="x y" n=1',)) == {"site": "x y", "n": "1"}
+    _, extravars = Inputs(inventory=(str(write_inventory(tmp_path)),), extra_vars=('site="x y" n=1',)).read()
+    assert extravars == {"site": "x y", "n": "1"}
     result = CliRunner().invoke(
         main, ["check", "-i", str(write_inventory(tmp_path)), "-e", 'nodeforge_reboot_policy="if needed"']
     )
     assert result.exit_code == 1
     assert "command line (-e): all hosts: nodeforge_reboot_policy: found 'if needed'" in result.output
+
+
+def test_a_file_that_is_not_utf8_is_a_named_problem(tmp_path):
+    """A stray byte in group_vars crashed check with a UnicodeEncodeError; now a problem naming file and line."""
+    inv = write_inventory(tmp_path)
+    gv = inv / "group_vars" / "gpu_nodes.yml"
+    gv.write_bytes(gv.read_bytes() + b"nvidia_driver_branch: '5\xff35'\n")
+    result = CliRunner().invoke(main, ["check", "--json", "-i", str(inv)])
+    assert result.exit_code == 1, result.output
+    [problem] = json.loads(result.stdout)["problems"]
+    assert problem["where"] == str(gv)
+    assert problem["found"] == "bytes that are not UTF-8 text (line 2: byte 0xff)"

@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from nodeforge import __version__, cli
-from nodeforge.cli import VERBS, Verb, main, parse_extravars
+from nodeforge.cli import VERBS, Inputs, Verb, main
 from tests.conftest import PLAYBOOKS, REPO
 
 
@@ -50,18 +50,40 @@ def test_verb_playbooks_exist():
         assert content.playbook(verb.playbook).is_file(), verb.playbook
 
 
+SAMPLE = str(REPO / "inventories" / "c4140-k8s")
+
+
 def test_extravars_forms(tmp_path):
     f = tmp_path / "vars.yml"
     f.write_text("a: 1\nb: [x]\n")
-    assert parse_extravars(("k=v x=1", f"@{f}", '{"c": true}')) == {"k": "v", "x": "1", "a": 1, "b": ["x"], "c": True}
+    _, extravars = Inputs(inventory=(SAMPLE,), extra_vars=("k=v x=1", f"@{f}", '{"c": true}')).read()
+    assert extravars == {"k": "v", "x": "1", "a": 1, "b": ["x"], "c": True}
 
 
-@pytest.mark.parametrize("bad", ["novalue", "@/nonexistent/file.yml", "{not json"])
-def test_bad_extravars(bad):
-    import click
+@pytest.mark.parametrize("bad", ["novalue", "@/nonexistent/file.yml", "{not json", "@BINARY"])
+def test_bad_extravars_are_named_errors_in_json_too(runner, tmp_path, bad):
+    """Exit 2 and the -e named, never a traceback (a binary @file raised UnicodeDecodeError); --json says so on
+    stdout."""
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\n")
+    value = bad.replace("BINARY", str(binary))
+    result = runner.invoke(main, ["check", "--json", "-i", SAMPLE, "-e", value])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "error" and f"-e {value!r}" in payload["error"]
+    if bad == "@BINARY":
+        assert "bytes that are not UTF-8 text (line 1: byte 0xd0)" in payload["error"]
 
-    with pytest.raises(click.BadParameter):
-        parse_extravars((bad,))
+
+def test_init_into_a_path_that_cannot_be_written(runner, tmp_path):
+    """An OSError from scaffolding (here: a regular file where a directory must go) is a named error, exit 1."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(main, ["init", str(blocker / "site"), "-p", "dgx-1"])
+    assert result.exit_code == 1, result.output
+    assert f"cannot write the inventory into {blocker / 'site'}: Not a directory" in result.output
+    assert not isinstance(result.exception, OSError)
 
 
 def test_check_accepts_sample(runner):

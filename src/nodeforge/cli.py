@@ -41,17 +41,6 @@ def _console(json_mode: bool = False) -> Console:
     return Console(stderr=json_mode, highlight=False)
 
 
-def parse_extravars(values: tuple[str, ...]) -> dict[str, Any]:
-    """-e as ansible-playbook reads it (Ansible's own parser): k=v with quoting, @file (YAML or JSON), a YAML/JSON
-    mapping; later ones win."""
-    from ansible.parsing.dataloader import DataLoader
-
-    try:
-        return checks.plain(inventory_check.parse_extra_vars(DataLoader(), values))
-    except (checks.CheckInputError, UnicodeError) as exc:
-        raise click.BadParameter(str(exc), param_hint="-e") from exc
-
-
 def inventory_options() -> list[Any]:
     """How Ansible is told where the inventory is and how to open its vault: the same flags as ansible-playbook."""
     return [
@@ -106,6 +95,16 @@ class Inputs:
             raise click.BadParameter(str(exc)) from exc
         return inventory_check.check(view), checks.plain(view.variable_manager.extra_vars)
 
+    def read_or_exit(self, json_mode: bool) -> tuple[list[checks.Problem], dict[str, Any]]:
+        """read(), with bad input (an -e that cannot be read, a vault that does not open) as a named error: with
+        --json, {"status": "error", "error": ...} on stdout too. Exit 2, as click does for usage errors."""
+        try:
+            return self.read()
+        except click.BadParameter as exc:
+            if json_mode:
+                report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
+            raise
+
     def vault_cmdline(self) -> list[str]:
         args = [f"--vault-id={v}" for v in self.vault_ids]
         return args + [f"--vault-password-file={f}" for f in self.vault_password_files]
@@ -132,7 +131,7 @@ def ansible_options(func: Any) -> Any:
 
 def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> dict[str, Any]:
     """The static check, run before any node is touched; exits non-zero on any problem, else returns the -e values."""
-    problems, extravars = inputs.read()
+    problems, extravars = inputs.read_or_exit(json_mode)
     if not problems:
         return extravars
     if json_mode:
@@ -209,7 +208,7 @@ def check(json_mode: bool, **kw: Any) -> None:
     """Validate an inventory without touching any node; report every problem at once."""
     console = _console(json_mode)
     inputs = _inputs(kw)
-    problems, _ = inputs.read()
+    problems, _ = inputs.read_or_exit(json_mode)
     inventory = ", ".join(inputs.inventory)
     if json_mode:
         status = "invalid" if problems else "valid"
@@ -233,6 +232,9 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
         written = scaffold.write(directory, profile, nodes, host_prefix, node_os)
     except scaffold.ScaffoldError as exc:
         raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        where = exc.filename or directory
+        raise click.ClickException(f"cannot write the inventory into {where}: {exc.strerror or exc}") from exc
     console = _console()
     for path in written:
         console.print(f"wrote {path}")

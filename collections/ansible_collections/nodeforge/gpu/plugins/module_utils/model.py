@@ -10,6 +10,7 @@ argument specs) are files of the collection's roles, read from where this file i
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -136,6 +137,71 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
         else:
             result[key] = value
     return result
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "mapping"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return "scalar"
+
+
+_SHAPE_WORDS = {"mapping": "a mapping", "list": "a list", "scalar": "a single value (string, number, true/false)"}
+
+
+# The manifest's tables, whose keys are data (a branch, an OS) and grow: the shape of each entry. Every other mapping
+# of the manifest is a record with fixed keys.
+MANIFEST_TABLES = {
+    "nvidia_driver.branches": "mapping",
+    "nvidia_driver.distro_branches": "list",
+    "nvidia_driver.cuda_repo.distros": "scalar",
+    "ofed.distros": "scalar",
+    "os_support": "mapping",
+    "os_support.*": "list",
+    "supported_os": "list",
+}
+
+
+def override_problems(overrides: Any, base: Any, path: str = "") -> list[tuple[str, str]]:
+    """Where nodeforge_manifest_overrides does not fit the version manifest: (path, expected) pairs.
+
+    Each overridden entry must have the manifest entry's shape (a mapping where the manifest has a mapping, a list
+    where it has a list, a single value where it has one). New keys are welcome in the manifest's tables
+    (MANIFEST_TABLES: a branch, a distribution); in its records they are refused, with the closest known key."""
+    label = f"nodeforge_manifest_overrides{'.' if path else ''}{path}"
+    if not isinstance(overrides, Mapping):
+        return [(label, _SHAPE_WORDS["mapping"])]
+    base = base if isinstance(base, Mapping) else {}
+    parent = path.rpartition(".")[0]
+    entry_shape = MANIFEST_TABLES.get(path) or MANIFEST_TABLES.get(f"{parent}.*" if parent else "")
+    problems: list[tuple[str, str]] = []
+    for key, value in overrides.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key in base:
+            wanted = _shape(base[key]) if base[key] is not None else "scalar"
+        elif entry_shape:
+            wanted = entry_shape
+        else:
+            close = difflib.get_close_matches(str(key), [str(k) for k in base], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            problems.append((f"{label}.{key}", f"one of the manifest's keys here: {', '.join(map(str, base))}{hint}"))
+            continue
+        if _shape(value) != wanted and not (wanted == "scalar" and value is None):
+            problems.append((f"{label}.{key}", _SHAPE_WORDS[wanted]))
+        elif wanted == "mapping":
+            known = base.get(key) if key in base else _sample(base)
+            problems += override_problems(value, known, where)
+    return problems
+
+
+def _sample(table_: Mapping) -> Mapping:
+    """A table's typical entry: the keys of all its entries (a new branch is checked against the known ones)."""
+    sample: dict = {}
+    for entry in table_.values():
+        if isinstance(entry, Mapping):
+            sample.update({k: v for k, v in entry.items() if sample.get(k) is None})
+    return sample
 
 
 def table(data: Any, *keys: str) -> dict:

@@ -101,6 +101,19 @@ def _error_position(exc: AnsibleError) -> tuple[str, int | None]:
     return "", None
 
 
+def _not_utf8(path: str | None) -> str:
+    """What is wrong with a file that is not UTF-8 text, with the line of its first bad byte."""
+    try:
+        data = open(path, "rb").read() if path else b""  # noqa: SIM115
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return f"bytes that are not UTF-8 text (line {line}: byte {data[exc.start]:#04x})"
+    except OSError:
+        pass
+    return "bytes that are not UTF-8 text"
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), str(text))
 
@@ -175,6 +188,8 @@ class InventoryView:
             )
         except AnsibleError as exc:
             self.errors.append(Problem(path, "", "", _first_line(getattr(exc, "message", exc)), "a readable file"))
+        except UnicodeError:
+            self.errors.append(Problem(path, "", "", _not_utf8(path), "a UTF-8 text file"))
         return None
 
     def _read_vars_files(self) -> None:
@@ -259,6 +274,8 @@ def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) ->
                 data = parse_kv(text)
         except AnsibleError as exc:
             raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}") from exc
+        except UnicodeError as exc:
+            raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:] if text.startswith('@') else None)}") from exc
         if not isinstance(data, Mapping) or "_raw_params" in data:
             raise CheckInputError(f"-e {text!r}: expected key=value pairs, @file (YAML or JSON) or a YAML/JSON mapping")
         result = combine_vars(result, data)
@@ -351,7 +368,7 @@ def _hint(value: Any, choices: list) -> str:
 
 
 _TYPE_ERROR = re.compile(
-    r"argument '(?P<arg>[^']+)' is of type <class '(?P<type>\w+)'>(?: found in '(?P<ctx>[^']+)'\.)? "
+    r"argument '(?P<arg>[^']+)' is of type <class '(?:[\w.]+\.)?(?P<type>\w+)'>(?: found in '(?P<ctx>[^']+)'\.)? "
     r"and we were unable to convert to (?P<to>\w+)"
 )
 _CHOICE_ERROR = re.compile(
@@ -362,14 +379,28 @@ _UNSUPPORTED = re.compile(r"^(?P<path>\S+?)\. Supported parameters include: (?P<
 _REQUIRED = re.compile(r"missing required arguments: (?P<args>.*?)(?: found in (?P<ctx>.*))?$")
 
 
+# Ansible's YAML loader hands out subclasses of the plain types: messages name the plain ones.
+_KINDS = {"AnsibleUnicode": "str", "AnsibleMapping": "dict", "AnsibleSequence": "list", "NoneType": "null"}
+
+
+def _kind(value: Any) -> str:
+    for plain_type, label in ((bool, "bool"), (str, "str"), (int, "int"), (float, "float"), (Mapping, "dict")):
+        if isinstance(value, plain_type):
+            return label
+    if isinstance(value, (list, tuple)):
+        return "list"
+    return _KINDS.get(type(value).__name__, type(value).__name__)
+
+
 def _translate(name: str, value: Any, spec: dict, error: Exception, secret: bool) -> tuple[str, str, str]:
     """One ArgumentSpecValidator error as (variable path, found, expected)."""
     text = str(error)
     match = _TYPE_ERROR.search(text)
     if match:
+        found_type = _KINDS.get(match["type"], match["type"])
         if match["ctx"]:
-            return f"{match['ctx']}.{match['arg']}", f"a {match['type']} value", f"type {match['to']}"
-        return name, f"{_show(value, secret)} ({type(value).__name__})", f"type {match['to']}"
+            return f"{match['ctx']}.{match['arg']}", f"a {found_type} value", f"type {match['to']}"
+        return name, f"{_show(value, secret)} ({_kind(value)})", f"type {match['to']}"
     match = _CHOICE_ERROR.search(text)
     if match:
         choices = [c.strip() for c in match["choices"].split(",")]
@@ -397,7 +428,7 @@ def validate_value(name: str, spec: dict, value: Any) -> list[tuple[str, str, st
     kind = spec.get("type", "str")
     if kind in ("str", "path") and isinstance(value, (bool, list, Mapping)):
         # Ansible would turn these into strings ("True", "['a']"): in an inventory they are always a mistake.
-        return [(name, f"{_show(value, secret)} ({type(value).__name__})", f"type {kind}")]
+        return [(name, f"{_show(value, secret)} ({_kind(value)})", f"type {kind}")]
     result = ArgumentSpecValidator({name: spec}).validate({name: value})
     return [_translate(name, value, spec, error, secret) for error in result.errors]
 
@@ -436,8 +467,13 @@ class Checker:
             return
         if _has_template(value):
             return  # known only on the node
-        for path, found, expected in validate_value(name, spec.spec, value):
+        problems = validate_value(name, spec.spec, value)
+        for path, found, expected in problems:
             self.add(d.where, d.scope, path, found, expected)
+        if name == MANIFEST_OVERRIDES and value is not None and not problems:
+            for path, expected in model.override_problems(value, model.manifest()):
+                found = _show(_at(value, path.split(".")[1:]))
+                self.add(d.where, d.scope, path, f"{found} ({_kind(_at(value, path.split('.')[1:]))})", expected)
 
     def check_profile_name(self, where: str, scope: str, value: Any) -> None:
         if model.is_templated(value):
@@ -468,11 +504,14 @@ class Checker:
             try:
                 variables, origins = self.view.host_variables(host)
                 variables = plain(variables)
-            except AnsibleError:
+            except (AnsibleError, UnicodeError):
                 continue  # a file Ansible cannot load: reported with its name and line already
             if model.is_empty(variables.get("nodeforge_profile")):
                 merged[(where, "nodeforge_profile", "nothing", "a hardware profile")].append(host)
                 continue
+            overrides = variables.get(MANIFEST_OVERRIDES)
+            if overrides is not None and model.override_problems(overrides, model.manifest()):
+                continue  # the rules read the overridden manifest: its problems are reported where it is set
             for v in rules.evaluate(model.HostModel(host, variables, origins)):
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
         for (origin, variable, found, expected), hosts in merged.items():
@@ -488,6 +527,15 @@ class Checker:
             self.check_definition(d)
         self.check_hosts()
         return self.problems
+
+
+MANIFEST_OVERRIDES = "nodeforge_manifest_overrides"
+
+
+def _at(value: Any, keys: list[str]) -> Any:
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
 
 
 def _vault_hint(exc: AnsibleError) -> str:
