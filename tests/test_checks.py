@@ -437,6 +437,62 @@ def test_type_errors_name_plain_types(tmp_path):
     assert problem.endswith("nodeforge_manifest_overrides: found 'x' (str); expected type dict"), problem
 
 
+HOSTILE = [
+    # check accepted these; the role refused the branch only at run time and wrote the others into files.
+    (
+        {"nvidia_driver_branch": "535; touch /tmp/x"},
+        "nvidia_driver_branch: found '535; touch /tmp/x'; expected a driver branch",
+    ),
+    (
+        {"nvidia_driver_branch": "535\n"},
+        "nvidia_driver_branch: found '535\\n'; expected a value without control characters",
+    ),
+    (
+        {"nvidia_driver_module_options": {"NVreg_EnableMSI": "1\ninstall nvidia /bin/sh -c 'id > /tmp/x'"}},
+        'nvidia_driver_module_options.NVreg_EnableMSI: found "1\\ninstall nvidia',
+    ),
+    (
+        {"nvidia_driver_module_options": {"NVreg_EnableMSI": "1 NVreg_Other=2"}},
+        "nvidia_driver_module_options.NVreg_EnableMSI: found '1 NVreg_Other=2'; expected a parameter value without",
+    ),
+    (
+        {"nvidia_container_toolkit_repo_url": "http://mirror/x /\ndeb [trusted=yes] http://evil/ /"},
+        "nvidia_container_toolkit_repo_url: found 'http://mirror/x /\\ndeb [trusted=yes] http://evil/ /'",
+    ),
+    ({"nvidia_container_toolkit_repo_url": "http://mirror/x [trusted=yes]"}, "expected an http(s):// or file:// URL"),
+    (
+        {"nvidia_driver_grid_client_token": "abc\ndef"},
+        "nvidia_driver_grid_client_token: found ********; expected a value",
+    ),
+    ({"nvidia_driver_dkms_kernels": ["6.1.0-28-amd64", "6.1 x"]}, "nvidia_driver_dkms_kernels[1]: found '6.1 x'"),
+    ({"ofed_memlock_users": ["*\n* soft core unlimited"]}, "ofed_memlock_users[0]: found '*\\n* soft core unlimited'"),
+    ({"selinux_modules_booleans": {"a\nb": True}}, "selinux_modules_booleans.'a\\nb': found the key 'a\\nb'"),
+    (
+        {"nodeforge_manifest_overrides": {"nvidia_container_toolkit": {"deb_url": "http://x/ y"}}},
+        "nodeforge_manifest_overrides.nvidia_container_toolkit.deb_url: found 'http://x/ y'; expected an http(s)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("group_vars", "expected"), HOSTILE, ids=[str(g)[:60] for g, _ in HOSTILE])
+def test_values_unsafe_in_config_files_are_refused(tmp_path, group_vars, expected):
+    [problem] = messages(write_inventory(tmp_path, group_vars))
+    assert expected in problem, problem
+    assert "abc" not in problem  # the no_log token is never shown
+
+
+def test_values_safe_in_config_files_pass(tmp_path):
+    group_vars = {
+        "nvidia_driver_module_options": {
+            "NVreg_EnableMSI": 1,
+            "NVreg_RegistryDwords": "RMUseSwI2c=0x01;RMI2cSpeed=100",
+        },
+        "nvidia_container_toolkit_repo_url": "https://mirror.example/libnvidia-container/stable/deb/$(ARCH)",
+        "nvidia_driver_dkms_kernels": ["6.1.0-28-amd64", "5.14.0-427.13.1.el9_4.x86_64"],
+    }
+    assert messages(write_inventory(tmp_path, group_vars)) == []
+
+
 def test_templated_values_are_left_to_the_node(tmp_path):
     inv = write_inventory(tmp_path, {"nvidia_driver_version": "{{ site_driver_version }}"})
     assert messages(inv) == []

@@ -245,3 +245,54 @@ def test_resolve_settings_action_in_a_playbook(tmp_path):
         "ofed": ["inbox", "nodeforge_manifest_overrides ofed.mode"],
         "gpudirect": ["535", "nvidia_driver_branch", ["6.1.0-28-amd64"]],
     }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("role", "variables", "expected"),
+    [
+        (
+            "nvidia_driver",
+            {"nvidia_driver_module_options": {"NVreg_EnableMSI": "1\ninstall nvidia /bin/sh"}},
+            "nvidia_driver_module_options.NVreg_EnableMSI: found '1\\ninstall nvidia /bin/sh'",
+        ),
+        (
+            "nvidia_container_toolkit",
+            {"nvidia_container_toolkit_repo_url": "http://m/ /\ndeb [trusted=yes] http://evil/ /"},
+            "nvidia_container_toolkit_repo_url: found",
+        ),
+        ("selinux_modules", {"selinux_modules_booleans": {"x\ny": True}}, "selinux_modules_booleans.'x\\ny'"),
+        (
+            "nvidia_driver",
+            {"nvidia_driver_grid_client_token": "tok\nen"},
+            "nvidia_driver_grid_client_token: found ****",
+        ),
+    ],
+)
+def test_resolve_settings_refuses_unsafe_values_before_any_node_task(tmp_path, role, variables, expected):
+    """A role used on its own (no validation play) refuses what `nodeforge check` refuses, with the same words."""
+    playbook = tmp_path / "unsafe.yml"
+    playbook.write_text(
+        f"""
+- hosts: all
+  gather_facts: false
+  tasks:
+    - nodeforge.gpu.resolve_settings:
+        role: {role}
+        node: {{dgx_os: false, os_id: debian12, inbox_names: {{}}, url_key: deb_url}}
+    - ansible.builtin.file:
+        path: {tmp_path}/reached
+        state: touch
+        mode: "0600"
+      delegate_to: localhost
+"""
+    )
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir())}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "node-01,", str(playbook)]
+    run = subprocess.run([*cmd, "-e", json.dumps(variables)], env=env, capture_output=True, text=True)
+    assert run.returncode == 2, run.stdout + run.stderr
+    message = f"node-01: {role} refuses values unsafe in the files they land in: {expected}"
+    assert json.dumps(message)[1:-1] in run.stdout, run.stdout
+    assert "exception" not in run.stdout
+    assert "tok" not in run.stdout.replace("token", "")
+    assert not (tmp_path / "reached").exists()

@@ -19,6 +19,9 @@ description:
     manifest (with C(nodeforge_manifest_overrides)) through the collection's one configuration model
     (module_utils/model.py), the same one C(nodeforge check) and the validation play use, and returns them as the
     role's internal facts (C(__<role>_*)). Empty variables count as unset.
+  - Before resolving, refuses the role's variables and C(nodeforge_manifest_overrides) where a value would be unsafe
+    in the file it lands in (a control character such as a newline anywhere, or a value that does not match its
+    pattern in full), with the same messages as C(nodeforge check).
   - Runs on the controller and contacts no node.
 author: nodeforge
 options:
@@ -26,7 +29,7 @@ options:
     description: The role whose settings to resolve.
     type: str
     required: true
-    choices: [nvidia_driver, ofed, gpudirect_rdma, nvidia_container_toolkit]
+    choices: [nvidia_driver, ofed, gpudirect_rdma, nvidia_container_toolkit, selinux_modules]
   node:
     description: What the role probed on the node and the resolution needs (per role, see module_utils/settings.py).
     type: dict
@@ -64,6 +67,19 @@ class _ByName(dict):
         return name
 
 
+def _unsafe_values(role: str, variables: Mapping[str, Any]) -> str:
+    """The role's variables and the manifest overrides checked as `nodeforge check` checks them
+    (model.value_problems: full-match patterns, no control characters), before the role writes any of them."""
+    found = []
+    for name, spec in model.all_vars().items():
+        if (spec.role != role and name != "nodeforge_manifest_overrides") or name not in variables:
+            continue
+        for path, value, expected in model.value_problems(name, variables[name]):
+            shown = "********" if spec.spec.get("no_log") else value
+            found.append(f"{path}: found {shown}; expected {expected}")
+    return "; ".join(found)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -76,6 +92,14 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"role must be one of {', '.join(settings.RESOLVERS)}; got {args.get('role')!r}")
         variables = _Templated(self._templar, task_vars)
         host = task_vars.get("inventory_hostname", "")
+        unsafe = _unsafe_values(args["role"], variables)
+        if unsafe:
+            result.update(
+                failed=True,
+                changed=False,
+                msg=f"{host}: {args['role']} refuses values unsafe in the files they land in: {unsafe}",
+            )
+            return result
         facts = resolver(model.HostModel(host, variables, _ByName()), args.get("node") or {})
         result.update(changed=False, ansible_facts=facts)
         return result

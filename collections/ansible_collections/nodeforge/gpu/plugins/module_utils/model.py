@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -137,6 +138,95 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
         else:
             result[key] = value
     return result
+
+
+# Values that land in configuration files, apt/dnf sources, modprobe.d, unit files or command lines: each must match
+# its pattern in full (re.fullmatch: a trailing newline does not slip through as it does with `^...$`). The roles
+# assert the same patterns before they write (nodeforge.gpu.value_problems), and no string of any nodeforge
+# variable may hold a control character (a newline would start a second line in the file it lands in).
+_URL = r"(https?|file)://[^\s\"'\\<>\[\]]+"
+_URL_EXPECTED = "an http(s):// or file:// URL without spaces, quotes or brackets"
+_VERSION = r"[0-9]+(\.[0-9]+)+"
+_KERNEL = r"[A-Za-z0-9][A-Za-z0-9._+~-]*"
+VALUE_PATTERNS: dict[str, tuple[str, str]] = {
+    "nvidia_driver_branch": (r"[0-9]+", "a driver branch: digits only, e.g. 580"),
+    "gpudirect_rdma_driver_branch": (r"[0-9]+", "a driver branch: digits only, e.g. 580"),
+    "nvidia_driver_version": (_VERSION, "a driver version such as 580.126.20"),
+    "gpudirect_rdma_driver_version": (_VERSION, "a driver version such as 580.126.20"),
+    "nvidia_container_toolkit_version": (r"[0-9]+\.[0-9]+\.[0-9]+", "a toolkit version X.Y.Z"),
+    "ofed_version": (r"[0-9][0-9A-Za-z.-]*", "a DOCA or MLNX_OFED version such as 3.4.1 or 24.10-3.2.5.0"),
+    "nvidia_driver_cuda_repo_url": (_URL, _URL_EXPECTED),
+    "nvidia_container_toolkit_repo_url": (_URL, _URL_EXPECTED),
+    "nvidia_container_toolkit_key_url": (_URL, _URL_EXPECTED),
+    "ofed_doca_repo_url": (_URL, _URL_EXPECTED),
+    "ofed_doca_key_url": (_URL, _URL_EXPECTED),
+    "ofed_mlnx_ofed_url": (_URL, _URL_EXPECTED),
+    "gpudirect_rdma_nv_peer_mem_url": (_URL, _URL_EXPECTED),
+    "gpudirect_rdma_gdrcopy_url": (_URL, _URL_EXPECTED),
+    "ofed_doca_profile_package": (r"[a-z0-9][a-z0-9+.-]+", "a Debian/RPM package name"),
+    "nvidia_driver_dkms_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
+    "gpudirect_rdma_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
+    "nvidia_driver_module_options{}": (r"[A-Za-z_][A-Za-z0-9_]*", "a module parameter name, e.g. NVreg_EnableMSI"),
+    "nvidia_driver_module_options[]": (r"[^\s\"'\\]+", "a parameter value without spaces, quotes or backslashes"),
+    "selinux_modules_booleans{}": (r"[A-Za-z0-9_]+", "an SELinux boolean name"),
+}
+# Keys of the version manifest whose values are URLs (checked where nodeforge_manifest_overrides sets them).
+_MANIFEST_URL_KEY = re.compile(r"(^|_)(url|baseurl)(_deb|_rpm)?$")
+
+
+def _control(text: str) -> bool:
+    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+
+
+def value_problems(name: str, value: Any, path: str = "") -> list[tuple[str, str, str]]:
+    """(path, found, expected) for every part of a variable's value that would be unsafe in the files it lands in:
+    control characters anywhere (keys included), and values that do not match VALUE_PATTERNS in full (in
+    nodeforge_manifest_overrides: the URLs)."""
+    path = path or name
+    if isinstance(value, Mapping):
+        return _mapping_problems(name, value, path)
+    if isinstance(value, (list, tuple)):
+        rule = VALUE_PATTERNS.get(f"{name}[]")
+        problems: list[tuple[str, str, str]] = []
+        for index, item in enumerate(value):
+            where = f"{path}[{index}]"
+            if rule and isinstance(item, str) and not _control(item) and not re.fullmatch(rule[0], item):
+                problems.append((where, repr(item), rule[1]))
+            else:
+                problems += value_problems("", item, where)
+        return problems
+    if isinstance(value, str):
+        if _control(value):
+            return [(path, repr(value), "a value without control characters (no newline, carriage return, tab, NUL)")]
+        rule = VALUE_PATTERNS.get(name)
+        if rule and value.strip() and not is_templated(value) and not re.fullmatch(rule[0], value):
+            return [(path, repr(value), rule[1])]
+    return []
+
+
+def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, str, str]]:
+    overrides = name == "nodeforge_manifest_overrides"
+    key_rule = VALUE_PATTERNS.get(f"{name}{{}}")
+    item_rule = VALUE_PATTERNS.get(f"{name}[]")
+    problems: list[tuple[str, str, str]] = []
+    for key, item in value.items():
+        key_text = str(key)
+        where = f"{path}.{key_text}"
+        if _control(key_text) or (key_rule and not re.fullmatch(key_rule[0], key_text)):
+            expected = key_rule[1] if key_rule else "a key without control characters"
+            problems.append((f"{path}.{key_text!r}", f"the key {key_text!r}", expected))
+            continue
+        scalar = isinstance(item, (str, int, float)) and not isinstance(item, bool)
+        if item_rule and scalar and not _control(str(item)):
+            if not re.fullmatch(item_rule[0], str(item)):
+                problems.append((where, repr(item), item_rule[1]))
+            continue
+        url = overrides and isinstance(item, str) and _MANIFEST_URL_KEY.search(key_text)
+        if url and not _control(item) and not re.fullmatch(_URL, item):
+            problems.append((where, repr(item), _URL_EXPECTED))
+            continue
+        problems += value_problems("nodeforge_manifest_overrides" if overrides else "", item, where)
+    return problems
 
 
 def _shape(value: Any) -> str:

@@ -204,9 +204,16 @@ def nvidia_container_toolkit(m: HostModel, node: Mapping[str, Any]) -> dict:
     }
 
 
+def selinux_modules(m: HostModel, node: Mapping[str, Any]) -> dict:
+    """Nothing to resolve from the configuration (the policy type comes from the node); the action's value check
+    still runs for the role's variables."""
+    return {}
+
+
 RESOLVERS: dict[str, Callable[[HostModel, Mapping[str, Any]], dict]] = {
     "nvidia_driver": nvidia_driver,
     "ofed": ofed,
     "gpudirect_rdma": gpudirect_rdma,
     "nvidia_container_toolkit": nvidia_container_toolkit,
+    "selinux_modules": selinux_modules,
 }

@@ -470,6 +470,10 @@ class Checker:
         problems = validate_value(name, spec.spec, value)
         for path, found, expected in problems:
             self.add(d.where, d.scope, path, found, expected)
+        if not problems:
+            # Values that land in files: full-match patterns, no control characters (a newline adds a line).
+            for path, found, expected in model.value_problems(name, value):
+                self.add(d.where, d.scope, path, SECRET if spec.spec.get("no_log") else found, expected)
         if name == MANIFEST_OVERRIDES and value is not None and not problems:
             for path, expected in model.override_problems(value, model.manifest()):
                 found = _show(_at(value, path.split(".")[1:]))
