@@ -221,7 +221,7 @@ def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, s
             if not re.fullmatch(item_rule[0], str(item)):
                 problems.append((where, repr(item), item_rule[1]))
             continue
-        url = overrides and isinstance(item, str) and _MANIFEST_URL_KEY.search(key_text)
+        url = overrides and isinstance(item, str) and item.strip() and _MANIFEST_URL_KEY.search(key_text)
         if url and not _control(item) and not re.fullmatch(_URL, item):
             problems.append((where, repr(item), _URL_EXPECTED))
             continue
