@@ -374,15 +374,19 @@ def test_vgpu_guest_needs_the_grid_driver_in_the_manifest(tmp_path):
     [problem] = messages(write_inventory(tmp_path, {"nodeforge_profile": "vsphere-t4-vgpu"}))
     assert "profile vsphere-t4-vgpu (vGPU guest: source grid)" in problem
     assert "nvidia_driver.grid lacks version, package, deb|rpm.url" in problem
+    # A URL with no checksum was accepted (http:// too): the package installs without a signed repository, so its
+    # sha256/sha512 is required; md5 and sha1 are refused.
     grid = {"version": "580.95.05", "package": "nvidia-linux-grid-580", "deb": {"url": "http://mirror/g.deb"}}
-    inv = write_inventory(
-        tmp_path,
-        {
-            "nodeforge_profile": "vsphere-t4-vgpu",
-            "nodeforge_os": "ubuntu22.04",
-            "nodeforge_manifest_overrides": {"nvidia_driver": {"grid": grid}},
-        },
-    )
+    site = {"nodeforge_profile": "vsphere-t4-vgpu", "nodeforge_os": "ubuntu22.04"}
+    inv = write_inventory(tmp_path, {**site, "nodeforge_manifest_overrides": {"nvidia_driver": {"grid": grid}}})
+    [problem] = messages(inv)
+    assert "nvidia_driver.grid lacks deb.checksum" in problem
+    grid["deb"]["checksum"] = "md5:" + "0" * 32
+    inv = write_inventory(tmp_path, {**site, "nodeforge_manifest_overrides": {"nvidia_driver": {"grid": grid}}})
+    [problem] = messages(inv)
+    assert "nvidia_driver.grid.deb.checksum: found 'md5:000" in problem and "md5 and sha1 are refused" in problem
+    grid["deb"]["checksum"] = "sha256:" + "a" * 64
+    inv = write_inventory(tmp_path, {**site, "nodeforge_manifest_overrides": {"nvidia_driver": {"grid": grid}}})
     assert messages(inv) == []
     # The same manifest on a Rocky node: no rpm to install.
     inv = write_inventory(
@@ -491,6 +495,17 @@ def test_values_safe_in_config_files_pass(tmp_path):
         "nvidia_driver_dkms_kernels": ["6.1.0-28-amd64", "5.14.0-427.13.1.el9_4.x86_64"],
     }
     assert messages(write_inventory(tmp_path, group_vars)) == []
+
+
+@pytest.mark.parametrize(
+    "checksum", ["md5:" + "0" * 32, "sha1:" + "0" * 40, "sha256:abc", "0" * 64, "sha256:" + "0" * 64 + "\n"]
+)
+def test_only_sha256_or_sha512_vouch_for_a_tarball(tmp_path, checksum):
+    """md5/sha1 checksums passed check silently (and the role verified with them)."""
+    group_vars = {"gpudirect_rdma_gdrcopy": True, "gpudirect_rdma_gdrcopy_checksum": checksum}
+    [problem] = messages(write_inventory(tmp_path, group_vars))
+    assert "gpudirect_rdma_gdrcopy_checksum: found" in problem
+    assert "sha256:<64 hex digits> or sha512:<128 hex digits>" in problem or "control characters" in problem
 
 
 def test_templated_values_are_left_to_the_node(tmp_path):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import stat
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -128,3 +131,30 @@ def test_ctrl_c_on_the_cli_cancels_and_exits_non_zero(local_inventory):
     assert proc.returncode == EXIT_CANCELED, out
     assert "canceled" in out
     assert time.monotonic() - started < 30
+
+
+def test_secrets_stay_off_argv_and_artifacts_are_private(local_inventory, tmp_path, monkeypatch):
+    """-e values went onto ansible-playbook's argv (visible in `ps`) and, with the caller's whole environment, into
+    artifacts/<run>/command; artifact files were 0644 and directories 0755."""
+    monkeypatch.setenv("SOME_CLOUD_TOKEN", "env-secret-6d3f")
+    secret = "extravar-secret-91c2"
+    marker = tmp_path / "marker"
+    opts = RunOptions(inventory=str(local_inventory), extravars={"marker_path": str(marker), "site_token": secret})
+    result = run_playbook(str(PLAYBOOKS / "success.yml"), opts)
+    assert result.exit_code == EXIT_OK
+    artifacts = Path(result.artifacts)
+    recorded = json.loads((artifacts / "command").read_text())
+    # What ps would have shown: the -e argument is a file reference, never the values.
+    argv = " ".join(recorded["command"])
+    assert secret not in argv and str(marker) not in argv, argv
+    assert "env" not in recorded
+    for path in [artifacts, *artifacts.rglob("*"), state_dir() / "runner"]:
+        text = path.read_bytes() if path.is_file() else b""
+        assert b"env-secret-6d3f" not in text, path
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), f"{path}: {oct(mode)}"
+    # The extra-vars file is gone once the run ended; the values reached the play.
+    assert not [
+        p for p in (state_dir() / "runner").rglob("*") if secret.encode() in (p.read_bytes() if p.is_file() else b"")
+    ]
+    assert marker.read_text() == "x\n"

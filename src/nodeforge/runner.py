@@ -5,6 +5,7 @@ The CLI never shells out to ansible-playbook; everything goes through `ansible_r
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -192,8 +193,11 @@ def run_playbook(
     if not path.is_absolute() and not path.exists():
         path = content.playbook(playbook)
     private = state_dir() / "runner"
-    private.mkdir(parents=True, exist_ok=True)
+    private.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
+    # -e values go to ansible-playbook as `-e @file` (a 0600 file removed after the run), never on its argv.
+    extravars_file = _write_private(private / "extravars" / f"{ident}.json", json.dumps(opts.extravars or {}))
     progress = Progress()
     canceller = canceller or Canceller()
     envvars = {
@@ -220,7 +224,7 @@ def run_playbook(
         "quiet": True,
         "rotate_artifacts": opts.keep_runs,
         "envvars": envvars,
-        "extravars": opts.extravars or None,
+        "extravars": str(extravars_file),
         "limit": opts.limit,
         "tags": opts.tags,
         "skip_tags": opts.skip_tags,
@@ -242,6 +246,8 @@ def run_playbook(
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, canceller.request)
     started = time.monotonic()
+    # Everything the run writes (artifacts, fact cache, the events' stdout) is for the caller's eyes only.
+    umask = os.umask(0o077)
     try:
         thread, runner = ansible_runner.run_async(**kwargs)
         while thread.is_alive():
@@ -249,10 +255,41 @@ def run_playbook(
             if on_tick:
                 on_tick(progress)
     finally:
+        os.umask(umask)
+        extravars_file.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _seal_artifacts(private / "artifacts", ident)
     duration = time.monotonic() - started
     return _result(str(path), runner, progress, duration)
+
+
+def _write_private(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.chmod(0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def _seal_artifacts(artifacts: Path, ident: str) -> None:
+    """ansible-runner records the command with the caller's whole environment (tokens, proxies with passwords) in
+    artifacts/<run>/command: keep the command, drop the environment; files 0600 and directories 0700."""
+    run_dir = artifacts / ident
+    command = run_dir / "command"
+    if command.is_file():
+        recorded = json.loads(command.read_text())
+        recorded.pop("env", None)
+        _write_private(command, json.dumps(recorded))
+    if artifacts.is_dir():
+        artifacts.chmod(0o700)
+    for root, dirs, files in os.walk(run_dir):
+        os.chmod(root, 0o700)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o700)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o600)
 
 
 def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> RunResult:

@@ -148,6 +148,9 @@ _URL = r"(https?|file)://[^\s\"'\\<>\[\]]+"
 _URL_EXPECTED = "an http(s):// or file:// URL without spaces, quotes or brackets"
 _VERSION = r"[0-9]+(\.[0-9]+)+"
 _KERNEL = r"[A-Za-z0-9][A-Za-z0-9._+~-]*"
+# Integrity: sha256 or sha512 only (md5 and sha1 no longer vouch for a file anyone could have swapped).
+CHECKSUM = r"sha256:[0-9a-fA-F]{64}|sha512:[0-9a-fA-F]{128}"
+CHECKSUM_EXPECTED = "sha256:<64 hex digits> or sha512:<128 hex digits> (md5 and sha1 are refused)"
 VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "nvidia_driver_branch": (r"[0-9]+", "a driver branch: digits only, e.g. 580"),
     "gpudirect_rdma_driver_branch": (r"[0-9]+", "a driver branch: digits only, e.g. 580"),
@@ -163,6 +166,9 @@ VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "ofed_mlnx_ofed_url": (_URL, _URL_EXPECTED),
     "gpudirect_rdma_nv_peer_mem_url": (_URL, _URL_EXPECTED),
     "gpudirect_rdma_gdrcopy_url": (_URL, _URL_EXPECTED),
+    "gpudirect_rdma_gdrcopy_checksum": (CHECKSUM, CHECKSUM_EXPECTED),
+    "gpudirect_rdma_nv_peer_mem_checksum": (CHECKSUM, CHECKSUM_EXPECTED),
+    "ofed_mlnx_ofed_checksum": (CHECKSUM, CHECKSUM_EXPECTED),
     "ofed_doca_profile_package": (r"[a-z0-9][a-z0-9+.-]+", "a Debian/RPM package name"),
     "nvidia_driver_dkms_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
     "gpudirect_rdma_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
@@ -224,6 +230,10 @@ def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, s
         url = overrides and isinstance(item, str) and item.strip() and _MANIFEST_URL_KEY.search(key_text)
         if url and not _control(item) and not re.fullmatch(_URL, item):
             problems.append((where, repr(item), _URL_EXPECTED))
+            continue
+        checksum = overrides and isinstance(item, str) and item.strip() and key_text.endswith("checksum")
+        if checksum and not is_templated(item) and not _control(item) and not re.fullmatch(CHECKSUM, item):
+            problems.append((where, repr(item), CHECKSUM_EXPECTED))
             continue
         problems += value_problems("nodeforge_manifest_overrides" if overrides else "", item, where)
     return problems

@@ -210,8 +210,11 @@ def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
     os_name = str(os_value.value) if os_value and os_value.value else ""
     formats = ["rpm"] if os_name.startswith(("rhel", "rocky")) else ["deb"] if os_name else ["deb", "rpm"]
     missing = _missing(grid, "version", "package")
-    if all(is_empty(table(grid, fmt).get("url")) for fmt in formats):
+    named = [fmt for fmt in formats if not is_empty(table(grid, fmt).get("url"))]
+    if not named:
         missing.append(f"{'|'.join(formats)}.url")
+    # The Licensing Portal package is installed without a signed repository: its checksum is what vouches for it.
+    missing += [f"{fmt}.checksum" for fmt in named if is_empty(table(grid, fmt).get("checksum"))]
     if missing:
         yield Violation(
             origin,
