@@ -729,3 +729,29 @@ def test_a_file_that_is_not_utf8_is_a_named_problem(tmp_path):
     [problem] = json.loads(result.stdout)["problems"]
     assert problem["where"] == str(gv)
     assert problem["found"] == "bytes that are not UTF-8 text (line 2: byte 0xff)"
+
+
+@pytest.mark.slow
+def test_disabled_verification_is_warned_not_refused(tmp_path):
+    """`*_validate_certs: false` passed check silently: now a warning (CLI, --json, and the validation play's
+    [WARNING] lines), and the inventory is still valid."""
+    inv = write_inventory(tmp_path, {"ofed_validate_certs": False, "nodeforge_profile": "dgx-1"})
+    result = CliRunner().invoke(main, ["check", "--json", "-i", str(inv)])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["status"] == "valid" and payload["problems"] == []
+    [certs] = [w for w in payload["warnings"] if w["variable"] == "ofed_validate_certs"]
+    assert certs["where"] == str(inv / "group_vars" / "gpu_nodes.yml")
+    assert certs["found"].startswith("false: TLS certificates are not validated")
+    # The manifest's cuda-keyring has no checksum: the CUDA repository's trust anchor rests on HTTPS alone.
+    assert [w for w in payload["warnings"] if w["where"] == "version manifest nvidia_driver.cuda_repo.keyring_checksum"]
+    text = CliRunner().invoke(main, ["check", "-i", str(inv)]).output
+    assert "warning: " in text and "ofed_validate_certs: found false" in text and "is valid" in text
+
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()), "ANSIBLE_NOCOLOR": "1"}
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOKS / "validated.yml"), "-i", str(inv)]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    output = " ".join((run.stdout + run.stderr).split())
+    assert "[WARNING]: nodeforge check:" in output and "ofed_validate_certs: found false" in output
+    assert NODE_TASK in run.stdout

@@ -6,7 +6,7 @@ import atexit
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,8 @@ class Inputs:
     vault_ids: tuple[str, ...] = ()
     vault_password_files: tuple[str, ...] = ()
     ask_vault_pass: bool = False
+    # What the check reports without refusing (a verification turned off); read() fills it.
+    warnings: list[checks.Problem] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.ask_vault_pass:
@@ -93,7 +95,8 @@ class Inputs:
             view = checks.load(list(self.inventory), self.extra_vars, self.vault_ids, self.vault_password_files)
         except checks.CheckInputError as exc:
             raise click.BadParameter(str(exc)) from exc
-        return inventory_check.check(view), checks.plain(view.variable_manager.extra_vars)
+        problems, self.warnings = inventory_check.check_with_warnings(view)
+        return problems, checks.plain(view.variable_manager.extra_vars)
 
     def read_or_exit(self, json_mode: bool) -> tuple[list[checks.Problem], dict[str, Any]]:
         """read(), with bad input (an -e that cannot be read, a vault that does not open) as a named error: with
@@ -132,10 +135,12 @@ def ansible_options(func: Any) -> Any:
 def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> dict[str, Any]:
     """The static check, run before any node is touched; exits non-zero on any problem, else returns the -e values."""
     problems, extravars = inputs.read_or_exit(json_mode)
+    report.print_warnings(console, inputs.warnings)
     if not problems:
         return extravars
     if json_mode:
-        report.print_json(Console(), {"status": "invalid", "problems": [p.as_dict() for p in problems]})
+        payload = {"status": "invalid", "problems": [p.as_dict() for p in problems]}
+        report.print_json(Console(), {**payload, "warnings": [w.as_dict() for w in inputs.warnings]})
     report.print_problems(console, problems)
     sys.exit(EXIT_ERROR)
 
@@ -212,11 +217,16 @@ def check(json_mode: bool, **kw: Any) -> None:
     inventory = ", ".join(inputs.inventory)
     if json_mode:
         status = "invalid" if problems else "valid"
-        report.print_json(Console(), {"status": status, "problems": [p.as_dict() for p in problems]})
-    elif problems:
-        report.print_problems(console, problems)
+        warnings = [w.as_dict() for w in inputs.warnings]
+        report.print_json(
+            Console(), {"status": status, "problems": [p.as_dict() for p in problems], "warnings": warnings}
+        )
     else:
-        console.print(f"[green]ok[/green]: {inventory} is valid")
+        report.print_warnings(console, inputs.warnings)
+        if problems:
+            report.print_problems(console, problems)
+        else:
+            console.print(f"[green]ok[/green]: {inventory} is valid")
     sys.exit(EXIT_ERROR if problems else 0)
 
 

@@ -90,6 +90,11 @@ def print_json(console: Console, payload: dict[str, Any]) -> None:
     console.file.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
 
 
+def print_warnings(console: Console, warnings: list[Problem]) -> None:
+    for w in warnings:
+        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False, soft_wrap=True)
+
+
 def print_problems(console: Console, problems: list[Problem]) -> None:
     console.print(f"[red]{len(problems)} problem(s)[/red] found; no node was touched:")
     for p in problems:

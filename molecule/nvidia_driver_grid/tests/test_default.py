@@ -62,8 +62,8 @@ def test_client_configuration_token_is_installed(node):
     token = node.file(TOKEN_FILE)
     assert token.is_file
     assert token.user == "root"
-    # NVIDIA's guide asks for 744.
-    assert token.mode == 0o744
+    # A bearer credential: root only (NVIDIA's guide shows 744, readable by every local user; nvidia-gridd is root).
+    assert token.mode == 0o600 and token.group == "root"
     assert token.content_string == TOKEN
 
 

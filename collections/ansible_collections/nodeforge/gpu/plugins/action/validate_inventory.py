@@ -39,9 +39,12 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         view = inventory_check.InventoryView.from_hostvars(task_vars["hostvars"])
-        problems = inventory_check.check(view)
+        problems, warnings = inventory_check.check_with_warnings(view)
         result["changed"] = False
         result["problems"] = [p.as_dict() for p in problems]
+        if warnings:
+            # Shown by ansible-playbook as [WARNING] lines (AWX too); the run goes on.
+            result["warnings"] = [f"nodeforge check: {w}" for w in warnings]
         if problems:
             result["failed"] = True
             result["msg"] = (

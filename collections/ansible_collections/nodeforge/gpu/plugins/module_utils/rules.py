@@ -36,6 +36,15 @@ def rule(func: Rule) -> Rule:
     return func
 
 
+# Warnings: what check reports without refusing (a verification the operator turned off, on purpose or not).
+WARNINGS: list[Rule] = []
+
+
+def warning(func: Rule) -> Rule:
+    WARNINGS.append(func)
+    return func
+
+
 @rule
 def open_modules_need_turing(ctx: HostModel) -> Iterator[Violation]:
     flavor = ctx.get("nvidia_driver_flavor")
@@ -225,6 +234,50 @@ def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
         )
 
 
+VALIDATE_CERTS = (
+    "nvidia_container_toolkit_validate_certs",
+    "ofed_validate_certs",
+    "gpudirect_rdma_validate_certs",
+    "preflight_repository_validate_certs",
+)
+
+
+@warning
+def certificates_are_validated(ctx: HostModel) -> Iterator[Violation]:
+    for name in VALIDATE_CERTS:
+        value = ctx.get(name)
+        if value is not None and value.explicit and value.value is False:
+            yield Violation(
+                value.origin,
+                name,
+                "false: TLS certificates are not validated for these downloads",
+                "true (the default); mirror with a certificate the node trusts instead",
+            )
+
+
+@warning
+def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
+    """cuda-keyring is the trust anchor of NVIDIA's CUDA repository on apt nodes: without a checksum the .deb is
+    trusted on HTTPS alone."""
+    if ctx.driver_source().value != "cuda_repo":
+        return
+    os_value = ctx.get("nodeforge_os")
+    if os_value and str(os_value.value).startswith(("rhel", "rocky")):
+        return
+    if is_empty(table(ctx.manifest, "nvidia_driver", "cuda_repo").get("keyring_checksum")):
+        yield Violation(
+            "version manifest nvidia_driver.cuda_repo.keyring_checksum",
+            "nodeforge_manifest_overrides",
+            "no checksum for cuda-keyring: the repository's trust anchor is installed on HTTPS alone",
+            "nvidia_driver.cuda_repo.keyring_checksum: sha256:<hex> of the cuda-keyring .deb you verified",
+        )
+
+
 def evaluate(ctx: HostModel) -> Iterator[Violation]:
     for check in RULES:
+        yield from check(ctx)
+
+
+def evaluate_warnings(ctx: HostModel) -> Iterator[Violation]:
+    for check in WARNINGS:
         yield from check(ctx)

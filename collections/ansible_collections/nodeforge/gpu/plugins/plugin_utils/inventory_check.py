@@ -437,6 +437,7 @@ class Checker:
     def __init__(self, view: InventoryView):
         self.view = view
         self.problems: list[Problem] = list(view.errors)
+        self.warnings: list[Problem] = []
         self.known = model.all_vars()
         self.prefixes = model.prefixes()
         self.profiles = model.profiles()
@@ -504,6 +505,7 @@ class Checker:
                 f"the GPU workers listed under group {model.WORKER_GROUP}",
             )
         merged: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
+        cautions: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
         for host in workers:
             try:
                 variables, origins = self.view.host_variables(host)
@@ -516,15 +518,13 @@ class Checker:
             overrides = variables.get(MANIFEST_OVERRIDES)
             if overrides is not None and model.override_problems(overrides, model.manifest()):
                 continue  # the rules read the overridden manifest: its problems are reported where it is set
-            for v in rules.evaluate(model.HostModel(host, variables, origins)):
+            host_model = model.HostModel(host, variables, origins)
+            for v in rules.evaluate(host_model):
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
-        for (origin, variable, found, expected), hosts in merged.items():
-            # origin is "file: group X" for inventory values, a bare description for defaults
-            where_set, _, set_for = origin.rpartition(": ") if ": " in origin else (origin, "", "")
-            scope = _hosts_scope(hosts)
-            if set_for and set_for != scope:
-                scope = f"{set_for}, for {scope}"
-            self.add(where_set, scope, variable, found, expected)
+            for v in rules.evaluate_warnings(host_model):
+                cautions[(v.where, v.variable, v.found, v.expected)].append(host)
+        self.problems += _attributed(merged)
+        self.warnings += _attributed(cautions)
 
     def run(self) -> list[Problem]:
         for d in self.view.definitions():
@@ -548,6 +548,19 @@ def _vault_hint(exc: AnsibleError) -> str:
     )
 
 
+def _attributed(found: dict[tuple[str, str, str, str], list[str]]) -> list[Problem]:
+    """One entry per (origin, variable, found, expected), naming the hosts it concerns."""
+    entries = []
+    for (origin, variable, value, expected), hosts in found.items():
+        # origin is "file: group X" for inventory values, a bare description for defaults
+        where_set, _, set_for = origin.rpartition(": ") if ": " in origin else (origin, "", "")
+        scope = _hosts_scope(hosts)
+        if set_for and set_for != scope:
+            scope = f"{set_for}, for {scope}"
+        entries.append(Problem(where_set, scope, variable, value, expected))
+    return entries
+
+
 def _hosts_scope(hosts: list[str]) -> str:
     label = "host" if len(hosts) == 1 else "hosts"
     shown = ", ".join(hosts[:5])
@@ -558,3 +571,9 @@ def _hosts_scope(hosts: list[str]) -> str:
 def check(view: InventoryView) -> list[Problem]:
     """Every problem of the inventory, at once."""
     return Checker(view).run()
+
+
+def check_with_warnings(view: InventoryView) -> tuple[list[Problem], list[Problem]]:
+    """Every problem, and every warning (a verification turned off: reported, not refused)."""
+    checker = Checker(view)
+    return checker.run(), checker.warnings
