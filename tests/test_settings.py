@@ -116,6 +116,18 @@ def test_ofed_inventory_version_goes_into_the_urls():
     )
 
 
+def test_ofed_unset_mode_keeps_the_installed_stack():
+    """Unset, the manifest's doca used to win over an installed MLNX_OFED (and uninstall it)."""
+    m = model.HostModel("node-01", {"ofed_mode": ""}, {})
+    found = settings.ofed(m, {"os_id": "debian12", "installed_stack": "mlnx_ofed"})
+    assert found["__ofed_mode"] == "mlnx_ofed"
+    assert found["__ofed_mode_from"] == "the installed stack (ofed_mode unset; the default would be doca)"
+    # Nothing installed (or not read yet): the default; an explicit ofed_mode always wins.
+    assert settings.ofed(m, {"os_id": "debian12", "installed_stack": "none"})["__ofed_mode"] == "doca"
+    explicit = model.HostModel("node-01", {"ofed_mode": "inbox"}, {})
+    assert settings.ofed(explicit, {"os_id": "debian12", "installed_stack": "mlnx_ofed"})["__ofed_mode"] == "inbox"
+
+
 def test_ofed_inbox_packages_in_the_node_s_names():
     found = ofed({"ofed_mode": "inbox"}, os_id="rhel9.4", names={"ibverbs-utils": "libibverbs-utils"})
     assert found["__ofed_version"] == ""

@@ -46,6 +46,35 @@ def test_ofed_info_reports_the_pinned_version(node):
     assert facts["installed_version"] == "24.10-3.2.5.0"
 
 
+def test_an_unset_ofed_mode_keeps_the_installed_mlnx_ofed(node):
+    """The manifest's default mode is doca: an unset ofed_mode used to resolve to it and uninstall MLNX_OFED."""
+    run = verify_lib.run_playbook(CONVERGE, {"ofed_mode": ""})
+    assert run.rc == 0, run.failed
+    assert run.changed == []
+    report = run.results("Report what ofed works with")[-1]["msg"][0]
+    assert "stack mlnx_ofed (from the installed stack (ofed_mode unset; the default would be doca))" in report
+    assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
+
+
+def test_replacing_mlnx_ofed_needs_the_opt_in_and_plan_announces_it(node):
+    run = verify_lib.run_playbook(CONVERGE, {"ofed_mode": "inbox"})
+    assert run.rc != 0
+    [refusal] = run.results("Refuse to replace an installed OFED without the opt-in")
+    message = " ".join(refusal["msg"].split())
+    assert "the node runs mlnx_ofed 24.10-3.2.5.0 and ofed_mode is inbox (from ofed_mode)" in message
+    assert "run /usr/sbin/ofed_uninstall.sh --force" in message and "ofed_allow_stack_change: true" in message
+    assert run.changed == []
+    # check mode (nodeforge plan) with the opt-in: the uninstall is announced; nothing changes on the node.
+    plan = verify_lib.run_playbook(CONVERGE, {"ofed_mode": "inbox", "ofed_allow_stack_change": True}, check=True)
+    [announce] = plan.results("Announce the replacement of the installed OFED")
+    assert "would replace mlnx_ofed 24.10-3.2.5.0 with inbox (ofed_allow_stack_change)" in " ".join(
+        announce["msg"].split()
+    )
+    assert "/usr/sbin/ofed_uninstall.sh --force" in announce["msg"]
+    assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
+    assert node.file("/usr/sbin/ofed_uninstall.sh").exists
+
+
 # Last: it uninstalls MLNX_OFED and installs it again.
 def test_a_bad_checksum_installs_nothing_and_says_why(node):
     node.run_expect([0], "/usr/sbin/ofed_uninstall.sh --force")

@@ -50,10 +50,16 @@ def _own_or_manifest(m: HostModel, name: str, manifest_value: Any, manifest_path
 
 
 def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
-    """Stack, version and sources; node: {os_id: e.g. debian12, inbox_names: Debian name -> this OS's name}."""
+    """Stack, version and sources; node: {os_id: e.g. debian12, inbox_names: Debian name -> this OS's name,
+    installed_stack: doca | mlnx_ofed | inbox | none | "" (not read yet)}."""
     manifest = table(m.manifest, "ofed")
     mode = m.get("ofed_mode")
     mode_text = _text(mode.value) if mode else ""
+    mode_from = mode.origin if mode else "nowhere"
+    installed = _text(node.get("installed_stack"))
+    if installed in ("doca", "mlnx_ofed", "inbox") and not (mode and mode.explicit):
+        # Unset: the node keeps what it runs (a default must never replace an installed stack).
+        mode_text, mode_from = installed, f"the installed stack (ofed_mode unset; the default would be {mode_text})"
     os_id = _text(node.get("os_id"))
     distro = _text(table(manifest, "distros").get(os_id)) or os_id
     own_version = _text(m.variables.get("ofed_version"))
@@ -74,7 +80,7 @@ def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
     inbox = m.variables.get("ofed_inbox_packages") or table(manifest, "inbox").get("packages") or []
     return {
         "__ofed_mode": mode_text,
-        "__ofed_mode_from": mode.origin if mode else "nowhere",
+        "__ofed_mode_from": mode_from,
         "__ofed_distro": distro,
         "__ofed_version": (own_version or _text(table(manifest, mode_text).get("version")))
         if mode_text != "inbox"
