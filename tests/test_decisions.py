@@ -110,3 +110,24 @@ def test_prefix_length(mask, prefix):
 def test_prefix_length_refuses_what_is_no_netmask(mask):
     with pytest.raises(ValueError, match="not an IPv4 netmask or prefix length"):
         parsers.prefix_length(mask)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "allowed", "containers", "live_restore", "restart", "words"),
+    [
+        ("containerd", True, None, False, True, "running containers keep running (their shims are not restarted)"),
+        ("crio", True, None, False, True, "running containers keep running"),
+        ("docker", True, 0, False, True, "no container is running (daemon.json has no live-restore)"),
+        ("docker", True, 3, True, True, "running containers keep running (live-restore)"),
+        # The old message said "containers keep running" here, and dockerd stopped them.
+        ("docker", True, 3, False, False, "3 running container(s) would be stopped (daemon.json has no live-restore)"),
+        ("docker", True, None, False, False, "could not be counted, and any running one would be stopped"),
+        ("containerd", False, None, False, False, "not restarted (nvidia_container_toolkit_restart_runtimes: false)"),
+    ],
+)
+def test_runtime_restart_tells_the_truth_about_running_containers(
+    runtime, allowed, containers, live_restore, restart, words
+):
+    decided = decisions.runtime_restart(runtime, allowed, containers, live_restore, 2)
+    assert decided["restart"] is restart
+    assert words in decided["message"] and decided["message"].endswith("2 GPU process(es) running on the node.")

@@ -158,3 +158,30 @@ def test_secrets_stay_off_argv_and_artifacts_are_private(local_inventory, tmp_pa
         p for p in (state_dir() / "runner").rglob("*") if secret.encode() in (p.read_bytes() if p.is_file() else b"")
     ]
     assert marker.read_text() == "x\n"
+
+
+def test_announcements_and_warnings_reach_the_operator(local_inventory):
+    """The CLI dropped debug and warning output: a role announcing a runtime restart or a stack replacement, and
+    Ansible's warnings, never reached the operator. Now they are in the result, the live view and the summary."""
+    from rich.console import Console
+
+    from nodeforge import report
+
+    opts = RunOptions(inventory=str(local_inventory), extravars={"ofed_validate_certs": False})
+    console = Console(record=True, width=200, force_terminal=False)
+    with report.live_progress(console) as tick:
+        result = run_playbook(str(PLAYBOOKS / "announce.yml"), opts, on_tick=tick)
+    assert result.exit_code == EXIT_OK
+    notices = result.notices["localnode"]
+    warnings = [n for n in notices if n.startswith("warning: nodeforge check:")]
+    assert [w for w in warnings if "ofed_validate_certs: found false" in w]
+    assert notices[len(warnings) :] == [
+        "localnode: docker is not restarted: 2 running container(s) would be stopped",
+        "two specifications /etc/cdi/nvidia.yaml",
+    ]
+    live = console.export_text()
+    assert "localnode: localnode: docker is not restarted" in live and "routine detail" not in live
+    report.print_result(console, result)
+    summary = console.export_text()
+    assert "notice localnode: localnode: docker is not restarted: 2 running container(s) would be stopped" in summary
+    assert result.as_dict()["notices"] == {"localnode": notices}

@@ -28,7 +28,10 @@ def _progress_view(progress: Progress) -> Group:
         for host in sorted(progress.counts):
             c = progress.counts[host]
             table.add_row(host, *(str(c[n]) for n in ("ok", "changed", "failed", "unreachable")))
-    return Group(header, table)
+        notices = [
+            Text(f"{host}: {text}", style="yellow") for host, texts in progress.notices.items() for text in texts
+        ]
+    return Group(header, table, *notices[-8:])
 
 
 @contextmanager
@@ -36,12 +39,19 @@ def live_progress(console: Console, enabled: bool = True) -> Iterator[Any]:
     """Yields an on_tick callback that redraws the live view (a no-op when disabled, e.g. --json)."""
     if not enabled or not console.is_terminal:
         last = {"task": None}
+        shown: set[tuple[str, str]] = set()
 
         def plain_tick(progress: Progress) -> None:
             # Non-terminal output (CI logs): one line per new task instead of a redrawn view.
             if enabled and progress.task and progress.task != last["task"]:
                 last["task"] = progress.task
                 console.print(f"[dim]{progress.play} | {progress.task}[/dim]", highlight=False)
+            if enabled:
+                with progress.lock:
+                    fresh = [(h, t) for h, texts in progress.notices.items() for t in texts if (h, t) not in shown]
+                for host, text in fresh:
+                    shown.add((host, text))
+                    console.print(f"[yellow]{host}[/yellow]: {text}", highlight=False, soft_wrap=True)
 
         yield plain_tick
         return
@@ -73,6 +83,9 @@ def print_result(console: Console, result: RunResult, plan: bool = False) -> Non
         for host in result.hosts:
             tasks = result.changes.get(host, [])
             console.print(f"[bold]{host}[/bold] would change: {', '.join(tasks) if tasks else 'nothing'}")
+    for host, texts in result.notices.items():
+        for text in texts:
+            console.print(f"[yellow]notice[/yellow] {host}: {text}", highlight=False, soft_wrap=True)
     for f in result.failures:
         kind = "UNREACHABLE" if f.unreachable else "FAILED"
         console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)

@@ -77,6 +77,9 @@ class RunResult:
     reboot_required: dict[str, bool]
     duration_s: float
     error: str = ""  # what ansible-playbook printed when it failed before reporting on any host
+    # Per host: Ansible's warnings and the roles' announcements (tasks named "Announce ..." / "Warn ...": a runtime
+    # restart, a stack replacement, an unmet expectation), which the operator must see, not only the artifacts.
+    notices: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -102,6 +105,7 @@ class RunResult:
             "failures": [f.__dict__ for f in self.failures],
             "changes": self.changes,
             "reboot_required": self.reboot_required,
+            "notices": self.notices,
             "error": self.error,
         }
 
@@ -114,6 +118,9 @@ def _message(res: dict[str, Any]) -> str:
     return "no message"
 
 
+NOTICE_TASKS = ("Announce ", "Warn ")
+
+
 class Progress:
     """Folds ansible-runner events into live state: current play/task, per-host counters, failures."""
 
@@ -124,7 +131,13 @@ class Progress:
         self.failures: list[Failure] = []
         self.changes: dict[str, list[str]] = defaultdict(list)
         self.reboot_required: dict[str, bool] = {}
+        self.notices: dict[str, list[str]] = defaultdict(list)
         self.lock = threading.Lock()
+
+    def _notice(self, host: str, text: str) -> None:
+        text = " ".join(str(text).split())
+        if text and text not in self.notices[host]:
+            self.notices[host].append(text)
 
     def handle(self, event: dict[str, Any]) -> bool:
         kind = event.get("event", "")
@@ -137,6 +150,12 @@ class Progress:
             elif kind == "playbook_on_task_start":
                 self.task = data.get("task", "")
             elif kind == "runner_on_ok":
+                for warning in res.get("warnings") or []:
+                    self._notice(host, f"warning: {warning}")
+                task_name = data.get("task", "").rsplit(" : ", 1)[-1]
+                if task_name.startswith(NOTICE_TASKS) and res.get("msg"):
+                    msg = res["msg"]
+                    self._notice(host, " ".join(map(str, msg)) if isinstance(msg, list) else msg)
                 counts = self.counts[host]
                 counts["ok"] += 1
                 if res.get("changed"):
@@ -320,4 +339,5 @@ def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> 
         changes={h: t for h, t in progress.changes.items() if t},
         reboot_required=dict(progress.reboot_required),
         duration_s=duration,
+        notices={h: list(n) for h, n in progress.notices.items() if n},
     )

@@ -188,10 +188,15 @@ def test_rerun_writes_a_lost_spec_again_and_announces_the_runtime_restart(node):
     assert yaml.safe_load(node.file(REFRESH_SPEC).content_string)["kind"] == "nvidia.com/gpu"
     [warning] = [r["msg"] for r in run.results("Warn about a second NVIDIA CDI specification") if "msg" in r]
     assert STATIC_SPEC in warning and REFRESH_SPEC in warning
-    announced = [r["msg"] for r in run.results("Announce the restart") if "msg" in r]
+    announced = sorted(r["msg"] for r in run.results("Announce the restart") if "msg" in r)
     assert len(announced) == 2, announced  # containerd and Docker
     for message in announced:
         assert "is restarted now" in message and "1 GPU process(es) running on the node" in message, message
+    # What happens to containers, per runtime: containerd's shims keep them; dockerd without live-restore would stop
+    # them (it has none running here, so it is restarted).
+    assert "containerd is restarted now" in announced[0] and "their shims are not restarted" in announced[0]
+    assert "docker is restarted now" in announced[1]
+    assert "no container is running (daemon.json has no live-restore)" in announced[1]
     verify_lib.assert_runs_with_unlimited_memlock(node, "containerd", dropin)
 
 

@@ -68,3 +68,47 @@ def nv_peer_mem_builds(
             }
         )
     return builds
+
+
+def runtime_restart(
+    runtime: str,
+    allowed: bool,
+    running_containers: int | None,
+    live_restore: bool,
+    gpu_processes: int,
+) -> dict:
+    """Whether a running container runtime is restarted after its configuration changed, and what the operator is
+    told. containerd and CRI-O restart without touching running containers (their shims / conmon keep them);
+    dockerd stops its containers on restart unless daemon.json has live-restore, so Docker with running containers
+    and no live-restore is not restarted (the change applies at its next start, in a maintenance window)."""
+    gpu = f"; {gpu_processes} GPU process(es) running on the node" if gpu_processes else ""
+    if not allowed:
+        return {
+            "restart": False,
+            "message": f"{runtime} is not restarted (nvidia_container_toolkit_restart_runtimes: false): the nvidia "
+            f"runtime configuration applies at its next start{gpu}.",
+        }
+    if runtime == "docker" and not live_restore and running_containers != 0:
+        stopped = (
+            f"{running_containers} running container(s) would be stopped"
+            if running_containers
+            else "its containers could not be counted, and any running one would be stopped"
+        )
+        return {
+            "restart": False,
+            "message": f"docker is not restarted: {stopped} (daemon.json has no live-restore); the nvidia runtime "
+            f"configuration applies at its next start: restart it in a maintenance window, or set live-restore: "
+            f"true{gpu}.",
+        }
+    if runtime == "docker":
+        keeps = (
+            "running containers keep running (live-restore)"
+            if live_restore
+            else "no container is running (daemon.json has no live-restore)"
+        )
+    else:
+        keeps = "running containers keep running (their shims are not restarted)"
+    return {
+        "restart": True,
+        "message": f"{runtime} is restarted now to apply the nvidia runtime configuration: {keeps}{gpu}.",
+    }
