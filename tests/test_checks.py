@@ -171,7 +171,7 @@ def test_type_violation(tmp_path):
 
 def test_choice_violation(tmp_path):
     [problem] = messages(write_inventory(tmp_path, {"nodeforge_reboot_policy": "sometimes"}))
-    assert "nodeforge_reboot_policy: found 'sometimes'; expected one of never, if_needed, always" in problem
+    assert "nodeforge_reboot_policy: found 'sometimes'; expected one of never, if_needed" in problem
 
 
 def test_unknown_profile_lists_the_known_ones(tmp_path):
@@ -755,3 +755,18 @@ def test_disabled_verification_is_warned_not_refused(tmp_path):
     output = " ".join((run.stdout + run.stderr).split())
     assert "[WARNING]: nodeforge check:" in output and "ofed_validate_certs: found false" in output
     assert NODE_TASK in run.stdout
+
+
+def test_reboot_batch_only_from_the_command_line(tmp_path):
+    """The reboot play reads nodeforge_reboot_batch before any host (serial): in the inventory it would be ignored."""
+    [problem] = messages(write_inventory(tmp_path, {"nodeforge_reboot_batch": "25%"}))
+    assert "gpu_nodes.yml: group gpu_nodes: nodeforge_reboot_batch: found '25%' set in the inventory" in problem
+    assert messages(write_inventory(tmp_path), {"nodeforge_reboot_batch": "25%"}) == []
+    [bad] = messages(write_inventory(tmp_path), {"nodeforge_reboot_batch": "0"})
+    assert "command line (-e): all hosts: nodeforge_reboot_batch: found '0'; expected a number of nodes" in bad
+
+
+def test_reboot_policy_always_is_gone(tmp_path):
+    """always rebooted every node on every run, all at once, even when nothing changed."""
+    [problem] = messages(write_inventory(tmp_path, {"nodeforge_reboot_policy": "always"}))
+    assert "nodeforge_reboot_policy: found 'always'; expected one of never, if_needed" in problem

@@ -36,6 +36,11 @@ from ansible.vars.manager import VariableManager
 from ansible_collections.nodeforge.gpu.plugins.module_utils import model, rules
 
 EXTRA_VARS = "command line (-e)"
+# Read by a play keyword, before any host: only -e reaches them.
+EXTRA_VARS_ONLY = {
+    "nodeforge_reboot_batch": "-e nodeforge_reboot_batch=N (or N%): the reboot play's serial cannot read inventory "
+    "variables, so this value would be ignored",
+}
 SECRET = "********"
 
 
@@ -469,6 +474,8 @@ class Checker:
         if _has_template(value):
             return  # known only on the node
         problems = validate_value(name, spec.spec, value)
+        if name in EXTRA_VARS_ONLY and d.where != EXTRA_VARS:
+            problems.append((name, f"{_show(value)} set in the inventory", EXTRA_VARS_ONLY[name]))
         for path, found, expected in problems:
             self.add(d.where, d.scope, path, found, expected)
         if not problems:
