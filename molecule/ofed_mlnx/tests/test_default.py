@@ -50,7 +50,11 @@ def test_an_unset_ofed_mode_keeps_the_installed_mlnx_ofed(node):
     """The manifest's default mode is doca: an unset ofed_mode used to resolve to it and uninstall MLNX_OFED."""
     run = verify_lib.run_playbook(CONVERGE, {"ofed_mode": ""})
     assert run.rc == 0, run.failed
-    assert run.changed == []
+    # Only the verifier's copy of ofed_facts changes (mode_from says why the stack was kept); the node's stack not.
+    assert run.changed == ["Record ofed_facts for the verifier"], run.changed
+    facts = json.loads(node.file("/root/ofed_facts.json").content_string)
+    assert (facts["mode"], facts["stack"]) == ("mlnx_ofed", "mlnx_ofed")
+    assert facts["mode_from"].startswith("the installed stack (ofed_mode unset")
     report = run.results("Report what ofed works with")[-1]["msg"][0]
     assert "stack mlnx_ofed (from the installed stack (ofed_mode unset; the default would be doca))" in report
     assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
