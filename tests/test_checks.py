@@ -529,9 +529,15 @@ def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
     assert host.get("nvidia_driver_branch") == model.Value("535", f"{path}: group gpu_nodes", True)
     assert host.driver_source().value == "distro"
 
-    with_mirror = yaml.safe_load(lab.write_inventory("t", ["nodeforge-t-1"]).read_text())
+    # With a mirror: the sample's settings, plus the mirror key's fingerprint pinned (the role checks it).
+    fingerprint = "E6DCF6362A8B771973439F0372CADD94640FFE7D"
+    with_mirror = yaml.safe_load(lab.write_inventory("t", ["nodeforge-t-1"], True, [fingerprint]).read_text())
+    written_vars = with_mirror["all"]["children"]["gpu_nodes"]["vars"]
+    assert written_vars["nodeforge_manifest_overrides"]["nvidia_container_toolkit"].pop("key_fingerprints") == [
+        fingerprint
+    ]
     sample = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
-    assert with_mirror["all"]["children"]["gpu_nodes"]["vars"] == sample["all"]["children"]["gpu_nodes"]["vars"]
+    assert written_vars == sample["all"]["children"]["gpu_nodes"]["vars"]
 
 
 def test_lab_toolkit_mirror_layout_is_checked(tmp_path):
@@ -550,6 +556,17 @@ def test_lab_toolkit_mirror_layout_is_checked(tmp_path):
     )
     lab.check_mirror(Path(built.stdout.strip()))
     assert (tmp_path / "mirror" / "gpgkey").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    # The mirror key's fingerprint, as gpg prints it, is what lab up pins.
+    listing = subprocess.run(
+        ["gpg", "--batch", "--show-keys", "--with-colons", str(tmp_path / "mirror" / "gpgkey")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert [f"fpr:::::::::{f}:" in listing for f in lab.mirror_fingerprints(tmp_path / "mirror")] == [True]
+    (tmp_path / "mirror" / "gpgkey").write_text("<html>not a key</html>")
+    with pytest.raises(lab.LabError, match="gpgkey is not an armored OpenPGP public key"):
+        lab.mirror_fingerprints(tmp_path / "mirror")
 
 
 # ---- inventories as sites write them: INI, vault, group priority, several files or sources ---------------------
@@ -745,7 +762,7 @@ def test_disabled_verification_is_warned_not_refused(tmp_path):
     assert certs["found"].startswith("false: TLS certificates are not validated")
     # The manifest's cuda-keyring has no checksum: the CUDA repository's trust anchor rests on HTTPS alone.
     assert [w for w in payload["warnings"] if w["where"] == "version manifest nvidia_driver.cuda_repo.keyring_checksum"]
-    text = CliRunner().invoke(main, ["check", "-i", str(inv)]).output
+    text = " ".join(CliRunner().invoke(main, ["check", "-i", str(inv)]).output.split())
     assert "warning: " in text and "ofed_validate_certs: found false" in text and "is valid" in text
 
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()), "ANSIBLE_NOCOLOR": "1"}

@@ -119,6 +119,29 @@ def test_dkms_conf_without_dest_names_and_empty():
     }
 
 
+@pytest.mark.parametrize(
+    ("key", "listing"),
+    [
+        ("openpgp-key-ed25519-fixture.asc", "gpg-show-keys-ed25519-fixture.txt"),
+        ("openpgp-key-rsa-with-subkey.asc", "gpg-show-keys-rsa-with-subkey.txt"),
+    ],
+)
+def test_openpgp_fingerprints_are_gpg_s(key, listing):
+    """The fingerprints computed in Python are the ones gpg prints (its fpr line after pub, and after sub)."""
+    rows = [line.split(":") for line in output(listing).splitlines()]
+    expected = {"primary": [], "subkeys": []}
+    for previous, row in itertools.pairwise(rows):
+        if row[0] == "fpr":
+            expected["primary" if previous[0] == "pub" else "subkeys"].append(row[9])
+    assert parsers.openpgp_fingerprints(output(key)) == expected
+    assert expected["primary"]
+
+
+def test_openpgp_fingerprints_refuse_what_is_no_key():
+    with pytest.raises(ValueError, match="not an ASCII-armored OpenPGP public key block"):
+        parsers.openpgp_fingerprints("<html>404 Not Found</html>")
+
+
 VERSIONS = [
     "535.261.03-1",
     "535.261.03-1~deb12u1",

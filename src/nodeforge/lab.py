@@ -97,11 +97,14 @@ def _mirror_urls(group_vars: dict) -> dict[str, str]:
     return group_vars["nodeforge_manifest_overrides"][MIRROR_SECTION]
 
 
-def inventory(hosts: list[str], mirror: bool = True) -> dict:
-    """The lab's inventory: the sample's group vars for these nodes; without a mirror, NVIDIA's own repository."""
+def inventory(hosts: list[str], mirror: bool = True, fingerprints: list[str] | None = None) -> dict:
+    """The lab's inventory: the sample's group vars for these nodes, the mirror key's fingerprints pinned (the role
+    refuses any other key, as it does for NVIDIA's); without a mirror, NVIDIA's own repository."""
     data = sample()
     group = data["all"]["children"][GROUP]
     group["hosts"] = {h: None for h in hosts}
+    if mirror and fingerprints:
+        _mirror_urls(group["vars"])["key_fingerprints"] = list(fingerprints)
     if not mirror:
         overrides = group["vars"]["nodeforge_manifest_overrides"]
         overrides.pop(MIRROR_SECTION)
@@ -110,12 +113,23 @@ def inventory(hosts: list[str], mirror: bool = True) -> dict:
     return data
 
 
-def write_inventory(name: str, hosts: list[str], mirror: bool = True) -> Path:
+def write_inventory(name: str, hosts: list[str], mirror: bool = True, fingerprints: list[str] | None = None) -> Path:
     path = inventory_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes.\n"
-    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror), sort_keys=False))
+    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror, fingerprints), sort_keys=False))
     return path
+
+
+def mirror_fingerprints(mirror: Path) -> list[str]:
+    """The primary-key fingerprints of the mirror's signing key (the file the inventory's key_url names)."""
+    from nodeforge.collection import parsers
+
+    key = mirror / urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"]).path.lstrip("/")
+    try:
+        return parsers.openpgp_fingerprints(key.read_text())["primary"]
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise LabError(f"--toolkit-mirror: {key} is not an armored OpenPGP public key: {exc}") from exc
 
 
 def check_mirror(mirror: Path) -> None:
@@ -139,6 +153,7 @@ def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
     if toolkit_mirror is not None:
         toolkit_mirror = toolkit_mirror.resolve()
         check_mirror(toolkit_mirror)
+        mirror_fingerprints(toolkit_mirror)  # a key that cannot be read stops here, before any container starts
     ensure_image()
     wanted = [f"nodeforge-{name}-{i}" for i in range(1, count + 1)]
     existing = {n.name: n for n in nodes(name)}
@@ -154,7 +169,8 @@ def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
     for container in wanted:
         _wait_booted(container)
     # Nodes beyond --nodes are left running: `lab down` removes them; nothing is destroyed implicitly.
-    path = write_inventory(name, sorted(set(wanted) | set(existing)), mirror=toolkit_mirror is not None)
+    fingerprints = mirror_fingerprints(toolkit_mirror) if toolkit_mirror is not None else None
+    path = write_inventory(name, sorted(set(wanted) | set(existing)), toolkit_mirror is not None, fingerprints)
     if toolkit_mirror is not None:
         _serve_mirror(path, toolkit_mirror)
     return path

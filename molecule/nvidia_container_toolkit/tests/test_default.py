@@ -65,6 +65,28 @@ def test_keyring_is_the_repository_key(node):
     assert f"fpr:::::::::{fingerprint}:" in node.check_output("gpg --show-keys --with-colons %s", KEYRING)
 
 
+def test_a_key_without_the_pinned_fingerprint_is_refused(node):
+    """The key used to be fetched once (force: false) and never checked: now each run fetches it and refuses a key
+    whose fingerprint the manifest does not pin (here NVIDIA's real one, which the stand-in key is not)."""
+    before = node.file(KEYRING).content_string
+    nvidia = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+    overrides = {
+        "nvidia_container_toolkit": {
+            "deb_url": REPO_URL,
+            "key_url": "http://127.0.0.1:8083/gpgkey",
+            "key_fingerprints": [nvidia],
+        }
+    }
+    run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides})
+    assert run.rc != 0
+    [refusal] = run.results("Check the key against the pinned fingerprints")
+    fingerprint = json.loads((FIXTURE_REPO / "fixture-repo.json").read_text())["fingerprint"]
+    message = " ".join(refusal["msg"].split())
+    assert f"has the fingerprint(s) {fingerprint}, none of which the version manifest pins ({nvidia})" in message
+    assert run.failed == ["nodeforge : Check the key against the pinned fingerprints"]
+    assert node.file(KEYRING).content_string == before
+
+
 def test_source_list_names_the_flat_repository_signed_by_the_keyring(node):
     lines = [line for line in node.file(SOURCE_LIST).content_string.splitlines() if line and not line.startswith("#")]
     assert lines == [f"deb [signed-by={KEYRING}] {REPO_URL} /"]

@@ -232,6 +232,13 @@ def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, s
         if url and not _control(item) and not re.fullmatch(_URL, item):
             problems.append((where, repr(item), _URL_EXPECTED))
             continue
+        if overrides and key_text.startswith("key_fingerprints") and isinstance(item, list):
+            problems += [
+                (f"{where}[{i}]", repr(f), "a key fingerprint: 40 hex digits (gpg --with-colons, the fpr line)")
+                for i, f in enumerate(item)
+                if not (isinstance(f, str) and re.fullmatch(r"[0-9A-Fa-f]{40}", f.replace(" ", "")))
+            ]
+            continue
         checksum = overrides and isinstance(item, str) and item.strip() and key_text.endswith("checksum")
         if checksum and not is_templated(item) and not _control(item) and not re.fullmatch(CHECKSUM, item):
             problems.append((where, repr(item), CHECKSUM_EXPECTED))

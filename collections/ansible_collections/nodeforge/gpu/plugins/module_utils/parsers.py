@@ -8,6 +8,8 @@ outputs (tests/data/outputs/).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
 import re
 from functools import cmp_to_key
@@ -133,6 +135,55 @@ def prefix_length(netmask: str | int) -> int:
         return ipaddress.IPv4Network(f"0.0.0.0/{str(netmask).strip()}").prefixlen
     except ValueError as exc:
         raise ValueError(f"not an IPv4 netmask or prefix length: {netmask!r}") from exc
+
+
+def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
+    """An ASCII-armored OpenPGP public key block -> {primary: [...], subkeys: [...]} v4 fingerprints (upper-case hex,
+    as `gpg --with-colons` prints them in its fpr lines), computed here (RFC 4880 12.2: SHA-1 over 0x99, the
+    two-octet length and the public-key packet body), so that no gpg and no keyring is needed to check a pin."""
+    lines = (armored or "").strip().splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----"))
+        end = next(i for i, line in enumerate(lines) if line.startswith("-----END PGP PUBLIC KEY BLOCK-----"))
+    except StopIteration as exc:
+        raise ValueError("not an ASCII-armored OpenPGP public key block") from exc
+    body = lines[start + 1 : end]
+    while body and ":" in body[0]:  # armor headers (Version: ..., Comment: ...)
+        body = body[1:]
+    data = base64.b64decode("".join(line for line in body if line and not line.startswith("=")))
+    found: dict[str, list[str]] = {"primary": [], "subkeys": []}
+    offset = 0
+    while offset < len(data):
+        tag, length, offset = _packet_header(data, offset)
+        packet = data[offset : offset + length]
+        offset += length
+        if tag in (6, 14):
+            if not packet or packet[0] != 4:
+                raise ValueError(f"OpenPGP key packet version {packet[0] if packet else '?'}: only v4 keys are read")
+            digest = hashlib.sha1(b"\x99" + len(packet).to_bytes(2, "big") + packet).hexdigest().upper()
+            found["primary" if tag == 6 else "subkeys"].append(digest)
+    return found
+
+
+def _packet_header(data: bytes, offset: int) -> tuple[int, int, int]:
+    """(tag, body length, body offset) of the OpenPGP packet at offset (RFC 4880 4.2: old and new formats)."""
+    first = data[offset]
+    if not first & 0x80:
+        raise ValueError("not an OpenPGP packet stream")
+    if first & 0x40:  # new format
+        tag, octet = first & 0x3F, data[offset + 1]
+        if octet < 192:
+            return tag, octet, offset + 2
+        if octet < 224:
+            return tag, ((octet - 192) << 8) + data[offset + 2] + 192, offset + 3
+        if octet == 255:
+            return tag, int.from_bytes(data[offset + 2 : offset + 6], "big"), offset + 6
+        raise ValueError("partial-length OpenPGP packets do not occur in public keys")
+    tag, kind = (first >> 2) & 0x0F, first & 0x03
+    size = {0: 1, 1: 2, 2: 4}.get(kind)
+    if size is None:
+        raise ValueError("indeterminate-length OpenPGP packets do not occur in public keys")
+    return tag, int.from_bytes(data[offset + 1 : offset + 1 + size], "big"), offset + 1 + size
 
 
 def _order(char: str) -> int:

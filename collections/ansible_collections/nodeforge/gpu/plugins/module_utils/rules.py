@@ -273,6 +273,35 @@ def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
         )
 
 
+def _unpinned(ctx: HostModel, section: str, key: str, what: str) -> Iterator[Violation]:
+    if not table(ctx.manifest, *section.split(".")).get(key):
+        yield Violation(
+            f"version manifest {section}.{key}",
+            "nodeforge_manifest_overrides",
+            f"no fingerprint pinned for the {what} signing key: it is trusted on its download alone",
+            f"{section}.{key}: [<40 hex digits>] of the key you checked out of band",
+        )
+
+
+@warning
+def signing_keys_are_pinned(ctx: HostModel) -> Iterator[Violation]:
+    os_value = ctx.get("nodeforge_os")
+    rpm = bool(os_value) and str(os_value.value).startswith(("rhel", "rocky"))
+    yield from _unpinned(ctx, "nvidia_container_toolkit", "key_fingerprints", "NVIDIA Container Toolkit repository")
+    mode = ctx.get("ofed_mode")
+    if mode and mode.value == "doca":
+        yield from _unpinned(ctx, "ofed.doca", "key_fingerprints", "DOCA repository")
+        if table(ctx.manifest, "ofed", "doca").get("repo_gpgcheck") is False:
+            yield Violation(
+                "version manifest ofed.doca.repo_gpgcheck",
+                "nodeforge_manifest_overrides",
+                "false: dnf does not verify the DOCA repository's metadata signature",
+                "true (the default), with a mirror that keeps repomd.xml.asc",
+            )
+    if rpm and ctx.driver_source().value == "cuda_repo":
+        yield from _unpinned(ctx, "nvidia_driver.cuda_repo", "key_fingerprints_rpm", "CUDA repository")
+
+
 def evaluate(ctx: HostModel) -> Iterator[Violation]:
     for check in RULES:
         yield from check(ctx)

@@ -88,6 +88,8 @@ def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
         "__ofed_version_from": "ofed_version" if own_version else f"version manifest ofed.{mode_text}.version",
         "__ofed_doca_repo_url": source_url("doca", _text(m.variables.get("ofed_doca_repo_url"))),
         "__ofed_doca_key_url": _own_or_manifest(m, "ofed_doca_key_url", table(manifest, "doca").get("key_url"), "")[0],
+        "__ofed_doca_key_fingerprints": list(table(manifest, "doca").get("key_fingerprints") or []),
+        "__ofed_doca_repo_gpgcheck": table(manifest, "doca").get("repo_gpgcheck") is not False,
         "__ofed_doca_profile_package": _own_or_manifest(
             m, "ofed_doca_profile_package", table(manifest, "doca").get("profile_package") or "doca-ofed", ""
         )[0],
@@ -202,6 +204,7 @@ def nvidia_container_toolkit(m: HostModel, node: Mapping[str, Any]) -> dict:
         or _text(manifest.get(_text(node.get("url_key")))),
         "__nvidia_container_toolkit_key_url": _text(v.get("nvidia_container_toolkit_key_url"))
         or _text(manifest.get("key_url")),
+        "__nvidia_container_toolkit_key_fingerprints": list(manifest.get("key_fingerprints") or []),
         "__nvidia_container_toolkit_default": _text(v.get("__nvidia_container_toolkit_runtime_name"))
         if as_bool(v.get("nvidia_container_toolkit_set_as_default"))
         else "",
