@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
+import verify_lib
 from verify_lib import assert_reboot_recorded_for_this_boot, held, installed_version
 
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-driver"
 BLACKLIST = "/etc/modprobe.d/nodeforge-nouveau-blacklist.conf"
 OPTIONS = "/etc/modprobe.d/nodeforge-nvidia-options.conf"
 FACTS = "/root/nvidia_driver_facts.json"
+PENDING = "/var/lib/nodeforge/pending-initramfs-rebuild"
+CONVERGE = Path(__file__).resolve().parent.parent / "converge.yml"
 VERSIONED = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")
 HELD = {*VERSIONED, "nvidia-persistenced"}
 EXPECTED_OPTIONS = {"NVreg_EnableStreamMemOPs": "1", "NVreg_RestrictProfilingToAdminUsers": "0"}
@@ -154,3 +158,21 @@ def test_persistenced_is_enabled(node):
 
 def test_reboot_requirement_is_recorded_for_this_boot(node):
     assert_reboot_recorded_for_this_boot(node)
+
+
+def test_an_initramfs_rebuild_an_interrupted_run_owed_is_taken_up(node, local):
+    """The rebuild is a handler: a run stopped after the blacklist changed but before its handlers used to lose it
+    for good (the next run sees no change). The owed rebuild is recorded on the node until the handler has run."""
+    # The first converge rebuilt the initramfs and cleared the record.
+    assert not node.file(PENDING).exists
+    # An interrupted run: modprobe.d changed and the record written, the initramfs not rebuilt.
+    node.run_expect([0], f"mkdir -p {Path(PENDING).parent} && echo owed > {PENDING}")
+    before = node.file(f"/boot/initrd.img-{local['kernel']}").mtime
+    run = verify_lib.run_playbook(CONVERGE)
+    assert run.rc == 0, run.failed
+    [taken_up] = run.results("Take up the initramfs rebuild an earlier run left pending")
+    assert taken_up["changed"] and "did not get to rebuild the initramfs" in taken_up["msg"]
+    [rebuilt] = run.results("Rebuild the initramfs of every installed kernel")
+    assert rebuilt["changed"] and rebuilt["cmd"] == ["update-initramfs", "-u", "-k", "all"]
+    assert node.file(f"/boot/initrd.img-{local['kernel']}").mtime > before
+    assert not node.file(PENDING).exists
