@@ -31,6 +31,15 @@ Rule = Callable[[HostModel], Iterator[Violation]]
 RULES: list[Rule] = []
 
 
+RPM_OSES = ("rhel", "rocky")
+
+
+def _os_name(ctx: HostModel) -> str:
+    """The node OS the inventory declares (nodeforge_os), "" when it does not."""
+    value = ctx.get("nodeforge_os")
+    return str(value.value) if value and value.value else ""
+
+
 def rule(func: Rule) -> Rule:
     RULES.append(func)
     return func
@@ -215,9 +224,8 @@ def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
         return
     origin = source.origin
     grid = table(ctx.manifest, "nvidia_driver", "grid")
-    os_value = ctx.get("nodeforge_os")
-    os_name = str(os_value.value) if os_value and os_value.value else ""
-    formats = ["rpm"] if os_name.startswith(("rhel", "rocky")) else ["deb"] if os_name else ["deb", "rpm"]
+    os_name = _os_name(ctx)
+    formats = ["rpm"] if os_name.startswith(RPM_OSES) else ["deb"] if os_name else ["deb", "rpm"]
     missing = _missing(grid, "version", "package")
     named = [fmt for fmt in formats if not is_empty(table(grid, fmt).get("url"))]
     if not named:
@@ -261,8 +269,7 @@ def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
     trusted on HTTPS alone."""
     if ctx.driver_source().value != "cuda_repo":
         return
-    os_value = ctx.get("nodeforge_os")
-    if os_value and str(os_value.value).startswith(("rhel", "rocky")):
+    if _os_name(ctx).startswith(RPM_OSES):
         return
     if is_empty(table(ctx.manifest, "nvidia_driver", "cuda_repo").get("keyring_checksum")):
         yield Violation(
@@ -285,8 +292,7 @@ def _unpinned(ctx: HostModel, section: str, key: str, what: str) -> Iterator[Vio
 
 @warning
 def signing_keys_are_pinned(ctx: HostModel) -> Iterator[Violation]:
-    os_value = ctx.get("nodeforge_os")
-    rpm = bool(os_value) and str(os_value.value).startswith(("rhel", "rocky"))
+    rpm = _os_name(ctx).startswith(RPM_OSES)
     yield from _unpinned(ctx, "nvidia_container_toolkit", "key_fingerprints", "NVIDIA Container Toolkit repository")
     mode = ctx.get("ofed_mode")
     if mode and mode.value == "doca":
