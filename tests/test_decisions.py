@@ -131,3 +131,9 @@ def test_runtime_restart_tells_the_truth_about_running_containers(
     decided = decisions.runtime_restart(runtime, allowed, containers, live_restore, 2)
     assert decided["restart"] is restart
     assert words in decided["message"] and decided["message"].endswith("2 GPU process(es) running on the node.")
+
+
+def test_runtime_restart_in_check_mode_says_it_would():
+    decided = decisions.runtime_restart("containerd", True, None, False, 0, check_mode=True)
+    assert decided["restart"] is True
+    assert decided["message"].startswith("containerd would be restarted (check mode) to apply the nvidia runtime")

@@ -76,6 +76,7 @@ def runtime_restart(
     running_containers: int | None,
     live_restore: bool,
     gpu_processes: int,
+    check_mode: bool = False,
 ) -> dict:
     """Whether a running container runtime is restarted after its configuration changed, and what the operator is
     told. containerd and CRI-O restart without touching running containers (their shims / conmon keep them);
@@ -110,5 +111,6 @@ def runtime_restart(
         keeps = "running containers keep running (their shims are not restarted)"
     return {
         "restart": True,
-        "message": f"{runtime} is restarted now to apply the nvidia runtime configuration: {keeps}{gpu}.",
+        "message": f"{runtime} {'would be restarted (check mode)' if check_mode else 'is restarted now'} to apply the "
+        f"nvidia runtime configuration: {keeps}{gpu}.",
     }
