@@ -752,7 +752,10 @@ def test_a_file_that_is_not_utf8_is_a_named_problem(tmp_path):
 def test_disabled_verification_is_warned_not_refused(tmp_path):
     """`*_validate_certs: false` passed check silently: now a warning (CLI, --json, and the validation play's
     [WARNING] lines), and the inventory is still valid."""
-    inv = write_inventory(tmp_path, {"ofed_validate_certs": False, "nodeforge_profile": "dgx-1"})
+    unpinned = {"nvidia_driver": {"cuda_repo": {"keyring_fingerprints": []}}}
+    inv = write_inventory(
+        tmp_path, {"ofed_validate_certs": False, "nodeforge_profile": "dgx-1", "nodeforge_manifest_overrides": unpinned}
+    )
     result = CliRunner().invoke(main, ["check", "--json", "-i", str(inv)])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
@@ -760,7 +763,7 @@ def test_disabled_verification_is_warned_not_refused(tmp_path):
     [certs] = [w for w in payload["warnings"] if w["variable"] == "ofed_validate_certs"]
     assert certs["where"] == str(inv / "group_vars" / "gpu_nodes.yml")
     assert certs["found"].startswith("false: TLS certificates are not validated")
-    # The manifest's cuda-keyring has no checksum: the CUDA repository's trust anchor rests on HTTPS alone.
+    # cuda-keyring with neither a checksum nor a pinned key: the CUDA repository's trust anchor rests on HTTPS alone.
     assert [w for w in payload["warnings"] if w["where"] == "version manifest nvidia_driver.cuda_repo.keyring_checksum"]
     text = " ".join(CliRunner().invoke(main, ["check", "-i", str(inv)]).output.split())
     assert "warning: " in text and "ofed_validate_certs: found false" in text and "is valid" in text

@@ -3,6 +3,7 @@ Debian version ordering against dpkg's own."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import shutil
 import subprocess
@@ -135,6 +136,16 @@ def test_openpgp_fingerprints_are_gpg_s(key, listing):
             expected["primary" if previous[0] == "pub" else "subkeys"].append(row[9])
     assert parsers.openpgp_fingerprints(output(key)) == expected
     assert expected["primary"]
+
+
+def test_keyring_fingerprints_of_a_binary_keyring(tmp_path):
+    """cuda-keyring ships a binary keyring: gpg --dearmor of the captured key reads the same."""
+    binary = subprocess.run(
+        ["gpg", "--dearmor"], input=output("openpgp-key-rsa-with-subkey.asc").encode(), capture_output=True, check=True
+    ).stdout
+    expected = parsers.openpgp_fingerprints(output("openpgp-key-rsa-with-subkey.asc"))
+    assert parsers.keyring_fingerprints(binary) == expected
+    assert parsers.keyring_fingerprints(base64.b64encode(binary).decode()) == expected
 
 
 def test_openpgp_fingerprints_refuse_what_is_no_key():

@@ -170,6 +170,30 @@ def test_dgx_os_keeps_its_vendor_managed_driver(node):
         node.run("rm -f /etc/dgx-release")
 
 
+def test_a_cuda_keyring_with_another_key_is_not_installed(node):
+    """cuda-keyring, the repository's trust anchor, was installed on HTTPS alone: now the key inside the package must
+    be the one the manifest pins (here NVIDIA's real 3bf863cc key, which the stand-in's is not)."""
+    node.run_expect([0], "dpkg --purge cuda-keyring")
+    nvidia = "EB693B3035CD5710E231E123A4B469963BF863CC"
+    try:
+        overrides = {"nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [nvidia]}}}
+        run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides})
+        assert run.rc != 0
+        [refusal] = run.results("Check the key in cuda-keyring against the pinned fingerprints")
+        message = " ".join(refusal["msg"].split())
+        fixture = json.loads((FIXTURE_KEYRING.parent.parent / "fixture-repo.json").read_text())["fingerprint"]
+        assert f"ships the key(s) {fixture}, none of which the version manifest pins" in message
+        assert f"keyring_fingerprints: {nvidia}); it was not installed" in message
+        assert node.run("dpkg-query --show cuda-keyring").rc != 0
+        assert not node.file(KEYRING).exists
+    finally:
+        # The scenario's own pin (the stand-in key): installed again.
+        again = verify_lib.run_playbook(CONVERGE)
+    assert again.rc == 0, again.failed
+    assert installed_version(node, "cuda-keyring") == "1.1-1"
+    assert node.file(KEYRING).sha256sum == hashlib.sha256(FIXTURE_KEYRING.read_bytes()).hexdigest()
+
+
 # Last: it changes the installed version (and restores it).
 def test_a_changed_pin_is_what_moves_the_version(node):
     # An empty nvidia_driver_version falls back to the manifest's version of the branch: 580.126.20.

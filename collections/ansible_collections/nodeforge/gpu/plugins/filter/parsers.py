@@ -17,6 +17,7 @@ description:
     the installed packages' versions by name.
   - C(dkms_status) reads C(dkms status) into a list of name, version, kernel, arch and state.
   - C(dkms_conf) reads a DKMS package's dkms.conf into name, version and its kernel modules (C(module_table)).
+  - C(keyring_fingerprints) does the same for a binary keyring given as base64 text.
   - C(openpgp_fingerprints) computes the v4 fingerprints (primary, subkeys) of an armored public key block.
   - C(module_table) maps kernel module names to their modprobe and kernel (underscore) names.
   - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
@@ -38,6 +39,7 @@ class FilterModule:
             "dkms_status": parsers.dkms_status,
             "dkms_conf": parsers.dkms_conf,
             "openpgp_fingerprints": parsers.openpgp_fingerprints,
+            "keyring_fingerprints": parsers.keyring_fingerprints,
             "module_table": parsers.module_table,
             "choose_version": parsers.choose_version,
             "deb_version_compare": parsers.deb_version_compare,

@@ -150,7 +150,14 @@ def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
     body = lines[start + 1 : end]
     while body and ":" in body[0]:  # armor headers (Version: ..., Comment: ...)
         body = body[1:]
-    data = base64.b64decode("".join(line for line in body if line and not line.startswith("=")))
+    return keyring_fingerprints(base64.b64decode("".join(line for line in body if line and not line.startswith("="))))
+
+
+def keyring_fingerprints(data: bytes | str) -> dict[str, list[str]]:
+    """The same for a binary keyring (a .gpg file such as the one cuda-keyring ships), given as bytes or as their
+    base64 text (how a node hands a binary file to Ansible)."""
+    if isinstance(data, str):
+        data = base64.b64decode("".join(data.split()))
     found: dict[str, list[str]] = {"primary": [], "subkeys": []}
     offset = 0
     while offset < len(data):

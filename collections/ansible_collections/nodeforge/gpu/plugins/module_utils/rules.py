@@ -271,12 +271,15 @@ def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
         return
     if _os_name(ctx).startswith(RPM_OSES):
         return
-    if is_empty(table(ctx.manifest, "nvidia_driver", "cuda_repo").get("keyring_checksum")):
+    cuda_repo = table(ctx.manifest, "nvidia_driver", "cuda_repo")
+    if is_empty(cuda_repo.get("keyring_checksum")) and not cuda_repo.get("keyring_fingerprints"):
         yield Violation(
             "version manifest nvidia_driver.cuda_repo.keyring_checksum",
             "nodeforge_manifest_overrides",
-            "no checksum for cuda-keyring: the repository's trust anchor is installed on HTTPS alone",
-            "nvidia_driver.cuda_repo.keyring_checksum: sha256:<hex> of the cuda-keyring .deb you verified",
+            "neither a checksum nor a key fingerprint for cuda-keyring: the repository's trust anchor is installed on"
+            " HTTPS alone",
+            "nvidia_driver.cuda_repo.keyring_fingerprints: [<40 hex digits>] of the key you checked out of band (or"
+            " keyring_checksum: sha256:<hex> of the .deb)",
         )
 
 
