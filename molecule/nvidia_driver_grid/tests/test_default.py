@@ -111,12 +111,40 @@ def test_facts_report_the_grid_driver(node, facts):
     assert (facts["loaded_version"], facts["active"], facts["in_container"]) == ("", False, True)
 
 
-def test_missing_package_url_fails_naming_the_manifest_keys(node):
-    overrides = {"nvidia_driver": {"grid": {"version": VERSION, "package": PACKAGE, "deb": {"checksum": None}}}}
+GRID_URL = "http://127.0.0.1:8082/nvidia-linux-grid-580_580.95.05_amd64.deb"
+REFUSED_BY_THE_ROLE = "Check that the manifest names the GRID guest driver"
+REFUSED_AS_UNSAFE = "Resolve the driver settings (empty variables come from the profile, then the manifest)"
+
+
+@pytest.mark.parametrize(
+    ("deb", "task", "expected"),
+    [
+        (
+            {"checksum": None},
+            REFUSED_BY_THE_ROLE,
+            "nvidia_driver.grid.version, .package, .deb.url (your local copy) or .deb.checksum (sha256:",
+        ),
+        # A URL without a checksum used to install (checksum: omit; the package is not in a signed repository).
+        (
+            {"url": GRID_URL, "checksum": None},
+            REFUSED_BY_THE_ROLE,
+            "nvidia_driver.grid.version, .package, .deb.url (your local copy) or .deb.checksum (sha256:",
+        ),
+        # md5 no longer vouches for a file: refused before any node task.
+        (
+            {"url": GRID_URL, "checksum": "md5:" + "0" * 32},
+            REFUSED_AS_UNSAFE,
+            "nodeforge_manifest_overrides.nvidia_driver.grid.deb.checksum: found 'md5:",
+        ),
+    ],
+)
+def test_missing_package_url_or_checksum_fails_naming_the_manifest_keys(node, deb, task, expected):
+    overrides = {"nvidia_driver": {"grid": {"version": VERSION, "package": PACKAGE, "deb": deb}}}
     run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides}, check=True)
     assert run.rc != 0
-    (check,) = run.results("Check that the manifest names the GRID guest driver")
+    (check,) = run.results(task)
     assert check["failed"] is True
-    assert "nvidia_driver.grid.version, .package or .deb.url" in check["msg"]
-    assert "nodeforge_manifest_overrides" in check["msg"]
+    message = " ".join(check["msg"].split())
+    assert expected in message, message
+    assert "nodeforge_manifest_overrides" in message
     assert node.file(TOKEN_FILE).content_string == TOKEN
