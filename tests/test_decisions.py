@@ -137,3 +137,61 @@ def test_runtime_restart_in_check_mode_says_it_would():
     decided = decisions.runtime_restart("containerd", True, None, False, 0, check_mode=True)
     assert decided["restart"] is True
     assert decided["message"].startswith("containerd would be restarted (check mode) to apply the nvidia runtime")
+
+
+def _driver_reboot(loaded, installed, *, container=False, changed=False, nouveau=False, blacklist=True, **changes):
+    """The role's own decision task (nvidia_driver configure.yml), rendered with the node state given."""
+    from tests.role_expressions import render
+
+    return render(
+        "nvidia_driver",
+        "configure.yml",
+        "Decide whether the node needs a reboot for the driver",
+        "__nvidia_driver_reboot_reasons",
+        __nvidia_driver_loaded_version=loaded,
+        __nvidia_driver_installed_version=installed,
+        __nvidia_driver_in_container=container,
+        __nvidia_driver_changed=changed,
+        __nvidia_driver_nouveau_probe={"stat": {"exists": nouveau}},
+        nvidia_driver_blacklist_nouveau=blacklist,
+        __nvidia_driver_nouveau_set={"changed": changes.get("nouveau_set", False)},
+        __nvidia_driver_options_set={"changed": changes.get("options_set", False)},
+        __nvidia_driver_options_unset={"changed": False},
+    )
+
+
+def test_a_rerun_after_an_interrupted_upgrade_still_needs_the_reboot():
+    # The run that installed 580 was cut off before its handlers recorded the reboot: nothing changes now, and the
+    # old rule ("changed in this run") found no reboot. The loaded 535 says otherwise.
+    assert _driver_reboot("535.216.01", "580.126.20") == [
+        "NVIDIA driver 580.126.20 is installed, driver 535.216.01 is running"
+    ]
+    assert _driver_reboot("", "580.126.20", nouveau=True) == ["nouveau is loaded and blacklisted for the next boot"]
+
+
+def test_no_reboot_when_the_running_driver_is_the_installed_one():
+    assert _driver_reboot("580.126.20", "580.126.20") == []
+    # Not installed yet (check mode before the first install): nothing to reboot into.
+    assert _driver_reboot("", "") == []
+    # nouveau loaded, but the operator keeps it (no blacklist): a reboot would change nothing.
+    assert _driver_reboot("", "580.126.20", nouveau=True, blacklist=False) == []
+
+
+def test_a_container_counts_only_what_this_run_changed():
+    # /sys/module in a container is the host's: a host driver of another version is no reason, an install is.
+    assert _driver_reboot("550.54.15", "535.216.01", container=True) == []
+    assert _driver_reboot("", "535.216.01", container=True, changed=True) == [
+        "NVIDIA driver 535.216.01 is installed, no NVIDIA driver is running"
+        " (a container: modules are never loaded there)"
+    ]
+    assert _driver_reboot("", "535.216.01", container=True, nouveau=True) == []
+    assert _driver_reboot("", "535.216.01", container=True, nouveau=True, nouveau_set=True) == [
+        "nouveau is loaded and blacklisted for the next boot"
+    ]
+
+
+def test_options_changed_under_a_loaded_driver_need_a_reboot():
+    assert _driver_reboot("580.126.20", "580.126.20", options_set=True) == [
+        "the nvidia module options changed under the loaded driver 580.126.20"
+    ]
+    assert _driver_reboot("", "580.126.20", options_set=True) == []

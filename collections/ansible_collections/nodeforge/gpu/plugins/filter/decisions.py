@@ -11,6 +11,7 @@ name: nv_peer_mem_builds
 short_description: nodeforge.gpu decisions on node state (nv_peer_mem builds, SELinux booleans, IPoIB prefixes)
 description:
   - C(nv_peer_mem_builds) lists per kernel the nv_peer_mem package, its version and whether it must be built.
+  - C(driver_reboot_reasons) says why the node needs a reboot for the NVIDIA driver, from its state ([] = none).
   - C(runtime_restart) decides whether a running container runtime is restarted and words the announcement.
   - C(selinux_boolean_changes) keeps the wanted SELinux booleans that booleans.local does not hold yet.
   - C(by_name) indexes a list of mappings by their name, keeping the given fields.
@@ -35,6 +36,7 @@ class FilterModule:
         return {
             "nv_peer_mem_builds": decisions.nv_peer_mem_builds,
             "runtime_restart": decisions.runtime_restart,
+            "driver_reboot_reasons": decisions.driver_reboot_reasons,
             "selinux_boolean_changes": decisions.selinux_boolean_changes,
             "by_name": decisions.by_name,
             "nvidia_sources": parsers.nvidia_sources,

@@ -114,3 +114,33 @@ def runtime_restart(
         "message": f"{runtime} {'would be restarted (check mode)' if check_mode else 'is restarted now'} to apply the "
         f"nvidia runtime configuration: {keeps}{gpu}.",
     }
+
+
+def driver_reboot_reasons(
+    loaded: str,
+    installed: str,
+    in_container: bool,
+    changed: bool,
+    nouveau_loaded: bool,
+    nouveau_blacklisted: bool,
+    nouveau_blacklist_changed: bool,
+    options_changed: bool,
+) -> list[str]:
+    """Why the node needs a reboot for the NVIDIA driver ([] = it does not).
+
+    Read from the node's state, not from what changed in this run, so that a run interrupted before its handlers
+    recorded the requirement is followed by one that records it: a loaded driver that is not the installed one, or
+    a loaded nouveau that the blacklist already keeps out of the next boot. A container never loads modules, and
+    /sys/module there is the host's: only what this run changed counts there. Options written under a loaded driver
+    cannot be read back from the module, so they count when they changed."""
+    reasons = []
+    differs = bool(installed) and loaded != installed
+    if differs and (changed or (loaded and not in_container)):
+        running = f"driver {loaded} is running" if loaded else "no NVIDIA driver is running"
+        where = " (a container: modules are never loaded there)" if in_container else ""
+        reasons.append(f"NVIDIA driver {installed} is installed, {running}{where}")
+    if nouveau_loaded and nouveau_blacklisted and (nouveau_blacklist_changed or not in_container):
+        reasons.append("nouveau is loaded and blacklisted for the next boot")
+    if options_changed and loaded:
+        reasons.append(f"the nvidia module options changed under the loaded driver {loaded}")
+    return reasons
