@@ -79,6 +79,26 @@ def test_replacing_mlnx_ofed_needs_the_opt_in_and_plan_announces_it(node):
     assert node.file("/usr/sbin/ofed_uninstall.sh").exists
 
 
+def test_an_openibd_restart_an_interrupted_run_owed_is_taken_up(node):
+    """openibd's restart is a handler: a run cut off after the stack changed but before its handlers used to lose it
+    (the next run sees no change). With ofed_restart_openibd the owed restart is recorded on the node until the
+    handler has run; a container never restarts it, and says so."""
+    pending = "/var/lib/nodeforge/pending-openibd-restart"
+    assert not node.file(pending).exists
+    node.run_expect([0], f"mkdir -p /var/lib/nodeforge && echo owed > {pending}")
+    run = verify_lib.run_playbook(CONVERGE, {"ofed_restart_openibd": True})
+    assert run.rc == 0, run.failed
+    [taken_up] = run.results("Take up the openibd restart an earlier run owes")
+    assert taken_up["changed"] and "did not get to restart openibd" in taken_up["msg"]
+    [report] = run.results("Report that openibd is not restarted")
+    assert "is a container: openibd is not restarted" in report["msg"]
+    assert not node.file(pending).exists
+    # Nothing else changed on the node: the stack stays, and a further run owes nothing.
+    assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
+    again = verify_lib.run_playbook(CONVERGE, {"ofed_restart_openibd": True})
+    assert again.results("Take up the openibd restart an earlier run owes")[0].get("skipped")
+
+
 # Last: it uninstalls MLNX_OFED and installs it again.
 def test_a_bad_checksum_installs_nothing_and_says_why(node):
     node.run_expect([0], "/usr/sbin/ofed_uninstall.sh --force")
