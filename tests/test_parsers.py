@@ -148,6 +148,23 @@ def test_keyring_fingerprints_of_a_binary_keyring(tmp_path):
     assert parsers.keyring_fingerprints(base64.b64encode(binary).decode()) == expected
 
 
+def test_openpgp_fingerprints_read_every_block_of_the_file(tmp_path):
+    """apt and rpm import every key block of a downloaded key file: a second block behind the pinned key must be
+    seen (it used to be ignored, so an extra key rode in behind a pinned one). gpg lists the same keys."""
+    both = output("openpgp-key-rsa-with-subkey.asc") + output("openpgp-key-ed25519-fixture.asc")
+    listing = subprocess.run(
+        ["gpg", "--with-colons", "--show-keys"],
+        input=both.encode(),
+        capture_output=True,
+        check=True,
+        env={"GNUPGHOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    ).stdout.decode()
+    rows = [line.split(":") for line in listing.splitlines()]
+    primaries = [row[9] for previous, row in itertools.pairwise(rows) if row[0] == "fpr" and previous[0] == "pub"]
+    assert len(primaries) == 2
+    assert parsers.openpgp_fingerprints(both)["primary"] == primaries
+
+
 def test_openpgp_fingerprints_refuse_what_is_no_key():
     with pytest.raises(ValueError, match="not an ASCII-armored OpenPGP public key block"):
         parsers.openpgp_fingerprints("<html>404 Not Found</html>")

@@ -82,7 +82,45 @@ def test_a_key_without_the_pinned_fingerprint_is_refused(node):
     [refusal] = run.results("Check the key against the pinned fingerprints")
     fingerprint = json.loads((FIXTURE_REPO / "fixture-repo.json").read_text())["fingerprint"]
     message = " ".join(refusal["msg"].split())
-    assert f"has the fingerprint(s) {fingerprint}, none of which the version manifest pins ({nvidia})" in message
+    assert (
+        f"holds the key(s) {fingerprint}, of which the version manifest does not pin {fingerprint} (pinned: {nvidia})"
+        in message
+    )
+    assert run.failed == ["nodeforge : Check the key against the pinned fingerprints"]
+    assert node.file(KEYRING).content_string == before
+
+
+def test_a_second_key_behind_the_pinned_one_is_refused(node):
+    """apt trusts every key of the keyring file: a file whose first block is the pinned key and whose second is
+    another key used to pass (only the first block was read, and one pinned match was enough)."""
+    before = node.file(KEYRING).content_string
+    fingerprint = json.loads((FIXTURE_REPO / "fixture-repo.json").read_text())["fingerprint"]
+    outputs = Path(__file__).resolve().parents[3] / "tests" / "data" / "outputs"
+    extra = (outputs / "openpgp-key-ed25519-fixture.asc").read_text()
+    # gpg's own listing of that key: the fpr line after pub.
+    [extra_fingerprint] = [
+        line.split(":")[9]
+        for line in (outputs / "gpg-show-keys-ed25519-fixture.txt").read_text().splitlines()[1:2]
+        if line.startswith("fpr:")
+    ]
+    served = "/srv/nvidia-container-toolkit-repo"
+    node.run_expect([0], f"cat {served}/gpgkey - > {served}/gpgkey2 <<'EOF'\n{extra}EOF")
+    overrides = {
+        "nvidia_container_toolkit": {
+            "deb_url": REPO_URL,
+            "key_url": "http://127.0.0.1:8083/gpgkey2",
+            "key_fingerprints": [fingerprint],
+        }
+    }
+    try:
+        run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides})
+    finally:
+        node.run(f"rm -f {served}/gpgkey2")
+    assert run.rc != 0
+    [refusal] = run.results("Check the key against the pinned fingerprints")
+    message = " ".join(refusal["msg"].split())
+    assert f"holds the key(s) {fingerprint}, {extra_fingerprint}, of which the version manifest does not pin" in message
+    assert f"does not pin {extra_fingerprint} (pinned: {fingerprint})" in message
     assert run.failed == ["nodeforge : Check the key against the pinned fingerprints"]
     assert node.file(KEYRING).content_string == before
 

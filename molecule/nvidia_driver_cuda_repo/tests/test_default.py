@@ -182,7 +182,7 @@ def test_a_cuda_keyring_with_another_key_is_not_installed(node):
         [refusal] = run.results("Check the key in cuda-keyring against the pinned fingerprints")
         message = " ".join(refusal["msg"].split())
         fixture = json.loads((FIXTURE_KEYRING.parent.parent / "fixture-repo.json").read_text())["fingerprint"]
-        assert f"ships the key(s) {fixture}, none of which the version manifest pins" in message
+        assert f"ships the key(s) {fixture}, of which the version manifest does not pin {fixture}" in message
         assert f"keyring_fingerprints: {nvidia}); it was not installed" in message
         assert node.run("dpkg-query --show cuda-keyring").rc != 0
         assert not node.file(KEYRING).exists

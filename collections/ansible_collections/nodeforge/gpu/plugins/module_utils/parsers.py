@@ -138,19 +138,26 @@ def prefix_length(netmask: str | int) -> int:
 
 
 def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
-    """An ASCII-armored OpenPGP public key block -> {primary: [...], subkeys: [...]} v4 fingerprints (upper-case hex,
+    """ASCII-armored OpenPGP public key blocks -> {primary: [...], subkeys: [...]} v4 fingerprints (upper-case hex,
     as `gpg --with-colons` prints them in its fpr lines), computed here (RFC 4880 12.2: SHA-1 over 0x99, the
-    two-octet length and the public-key packet body), so that no gpg and no keyring is needed to check a pin."""
-    lines = (armored or "").strip().splitlines()
-    try:
-        start = next(i for i, line in enumerate(lines) if line.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----"))
-        end = next(i for i, line in enumerate(lines) if line.startswith("-----END PGP PUBLIC KEY BLOCK-----"))
-    except StopIteration as exc:
-        raise ValueError("not an ASCII-armored OpenPGP public key block") from exc
-    body = lines[start + 1 : end]
-    while body and ":" in body[0]:  # armor headers (Version: ..., Comment: ...)
-        body = body[1:]
-    return keyring_fingerprints(base64.b64decode("".join(line for line in body if line and not line.startswith("="))))
+    two-octet length and the public-key packet body), so that no gpg and no keyring is needed to check a pin.
+    Every block of the file counts (apt and rpm import them all), not only the first."""
+    found: dict[str, list[str]] = {"primary": [], "subkeys": []}
+    body: list[str] | None = None
+    for line in (armored or "").strip().splitlines():
+        if line.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----"):
+            body = []
+        elif line.startswith("-----END PGP PUBLIC KEY BLOCK-----") and body is not None:
+            while body and ":" in body[0]:  # armor headers (Version: ..., Comment: ...)
+                body = body[1:]
+            keys = keyring_fingerprints(base64.b64decode("".join(b for b in body if b and not b.startswith("="))))
+            found = {kind: found[kind] + keys[kind] for kind in found}
+            body = None
+        elif body is not None:
+            body.append(line)
+    if not found["primary"] and not found["subkeys"]:
+        raise ValueError("not an ASCII-armored OpenPGP public key block")
+    return found
 
 
 def keyring_fingerprints(data: bytes | str) -> dict[str, list[str]]:
