@@ -471,6 +471,15 @@ HOSTILE = [
     ({"nvidia_driver_dkms_kernels": ["6.1.0-28-amd64", "6.1 x"]}, "nvidia_driver_dkms_kernels[1]: found '6.1 x'"),
     ({"ofed_memlock_users": ["*\n* soft core unlimited"]}, "ofed_memlock_users[0]: found '*\\n* soft core unlimited'"),
     ({"selinux_modules_booleans": {"a\nb": True}}, "selinux_modules_booleans.'a\\nb': found the key 'a\\nb'"),
+    # The role refused these only at run time (limits.d line "* hard nofile 0 memlock ..."; a unit name with a space).
+    (
+        {"ofed_memlock_users": ["*", "* hard nofile 0"]},
+        "ofed_memlock_users[1]: found '* hard nofile 0'; expected a limits.conf domain",
+    ),
+    (
+        {"ofed_memlock_services": ["containerd", "crio x"]},
+        "ofed_memlock_services[1]: found 'crio x'; expected a systemd",
+    ),
     (
         {"nodeforge_manifest_overrides": {"nvidia_container_toolkit": {"deb_url": "http://x/ y"}}},
         "nodeforge_manifest_overrides.nvidia_container_toolkit.deb_url: found 'http://x/ y'; expected an http(s)",
@@ -493,6 +502,8 @@ def test_values_safe_in_config_files_pass(tmp_path):
         },
         "nvidia_container_toolkit_repo_url": "https://mirror.example/libnvidia-container/stable/deb/$(ARCH)",
         "nvidia_driver_dkms_kernels": ["6.1.0-28-amd64", "5.14.0-427.13.1.el9_4.x86_64"],
+        "ofed_memlock_users": ["*", "@rdma", "root"],
+        "ofed_memlock_services": ["containerd", "crio", "docker"],
     }
     assert messages(write_inventory(tmp_path, group_vars)) == []
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nodeforge import content
 
@@ -71,3 +72,16 @@ def test_the_decision_reads_the_recorded_requirement(tmp_path):
     # n2's requirement was met by a boot since: its marker is gone; n1's stays.
     assert (tmp_path / "state" / "n1" / "reboot-required").exists()
     assert not (tmp_path / "state" / "n2" / "reboot-required").exists()
+
+
+def test_the_provision_play_forces_handlers():
+    """Without force_handlers, a task failing after a change dropped the handlers that change had notified (the
+    initramfs rebuild, openibd, the runtime restarts): every play of site.yml that runs the component roles keeps
+    them. (Static: the roles' own take-up of owed work after an interrupted run is proven in molecule.)"""
+    plays = yaml.safe_load(content.playbook("site.yml").read_text())
+    with_roles = [play for play in plays if play.get("roles")]
+    assert [role["role"] for play in with_roles for role in play["roles"]][:2] == [
+        "nodeforge.gpu.preflight",
+        "nodeforge.gpu.nvidia_driver",
+    ]
+    assert all(play.get("force_handlers") is True for play in with_roles)

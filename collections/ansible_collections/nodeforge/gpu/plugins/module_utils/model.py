@@ -176,6 +176,8 @@ VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "nvidia_driver_module_options{}": (r"[A-Za-z_][A-Za-z0-9_]*", "a module parameter name, e.g. NVreg_EnableMSI"),
     "nvidia_driver_module_options[]": (r"[^\s\"'\\]+", "a parameter value without spaces, quotes or backslashes"),
     "selinux_modules_booleans{}": (r"[A-Za-z0-9_]+", "an SELinux boolean name"),
+    "ofed_memlock_users[]": (r"[^\s#]+", "a limits.conf domain (a user, @group or *) without spaces or #"),
+    "ofed_memlock_services[]": (r"[A-Za-z0-9@._:-]+", "a systemd unit name without .service, e.g. containerd"),
 }
 # Keys of the version manifest whose values are URLs (checked where nodeforge_manifest_overrides sets them).
 _MANIFEST_URL_KEY = re.compile(r"(^|_)(url|baseurl)(_deb|_rpm)?$")
