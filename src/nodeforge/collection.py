@@ -12,7 +12,15 @@ from nodeforge import content
 if AnsibleCollectionConfig.collection_finder is None:
     init_plugin_loader([str(content.collections_dir())])
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import decisions, model, parsers, preflight, rules, settings
+from ansible_collections.nodeforge.gpu.plugins.module_utils import (
+    decisions,
+    k8s_validate,
+    model,
+    parsers,
+    preflight,
+    rules,
+    settings,
+)
 from ansible_collections.nodeforge.gpu.plugins.plugin_utils import inventory_check
 
-__all__ = ["decisions", "inventory_check", "model", "parsers", "preflight", "rules", "settings"]
+__all__ = ["decisions", "inventory_check", "k8s_validate", "model", "parsers", "preflight", "rules", "settings"]

@@ -170,6 +170,7 @@ VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "gpudirect_rdma_nv_peer_mem_checksum": (CHECKSUM, CHECKSUM_EXPECTED),
     "ofed_mlnx_ofed_checksum": (CHECKSUM, CHECKSUM_EXPECTED),
     "nodeforge_reboot_batch": (r"[1-9][0-9]*%?", "a number of nodes or a percentage, e.g. 1 or 25%"),
+    "nodeforge_k8s_version": (r"1\.(2[5-9]|3[0-7])", "a Kubernetes version nodeforge has API schemas of: 1.25 to 1.37"),
     "ofed_doca_profile_package": (r"[a-z0-9][a-z0-9+.-]+", "a Debian/RPM package name"),
     "nvidia_driver_dkms_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
     "gpudirect_rdma_kernels[]": (_KERNEL, "a kernel release as uname -r prints it"),
