@@ -189,7 +189,9 @@ def test_daemon_json_merge_keeps_every_other_key(current, as_default, expected_d
 
 
 def load_runtime_class() -> dict:
-    [runtime_class] = yaml.safe_load_all((ROLE / "files" / "k8s" / "runtimeclass-nvidia.yaml").read_text())
+    # The device plugin role renders it (k8s_gpu_device_plugin), for the runtime name this role configures.
+    path = content.roles_dir() / "k8s_gpu_device_plugin" / "files" / "runtimeclass-nvidia.yaml"
+    [runtime_class] = yaml.safe_load_all(path.read_text())
     return runtime_class
 
 

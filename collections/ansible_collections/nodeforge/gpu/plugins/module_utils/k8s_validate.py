@@ -119,6 +119,14 @@ class CrdSchemas:
                 strict["properties"]["kind"] = {"type": "string"}
                 self._schemas[_crd_key(spec.get("group", ""), version["name"], kind)] = strict
 
+    @classmethod
+    def merged(cls, *sources: CrdSchemas) -> CrdSchemas:
+        """The schemas of all sources; an earlier source's version of a kind wins."""
+        result = cls()
+        for source in reversed(sources):
+            result._schemas.update(source._schemas)
+        return result
+
     def get(self, api_version: str, kind: str) -> dict | None:
         group, _, version = api_version.rpartition("/")
         return self._schemas.get(_crd_key(group, version, kind))

@@ -1,0 +1,101 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Compute one component's Kubernetes objects from the inventory, on the controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate, model
+
+DOCUMENTATION = r"""
+module: k8s_objects
+short_description: The Kubernetes objects of one nodeforge cluster component, computed from the inventory
+description:
+  - Computes the objects of the component (module_utils/k8s_objects.py) from the k8s_control host's variables (the
+    k8s_* settings, C(nodeforge_k8s_distribution), C(nodeforge_manifest_overrides)) and each C(gpu_nodes) host's
+    hardware profile, Node name and default runtime. The same function serves C(nodeforge k8s job).
+  - Reads the upstream files it builds on from the controller (the role's files, the verified release manifest).
+  - Runs on the controller and contacts no node and no API server.
+author: nodeforge
+options:
+  component:
+    description: The component.
+    type: str
+    required: true
+    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, pins]
+  files:
+    description: Paths on the controller of the upstream objects the component builds on (per component).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+"""
+
+RETURN = r"""
+objects:
+  description: The component's objects, in the order they were computed.
+  type: list
+  returned: always
+pins:
+  description: The version manifest's kubernetes section (nodeforge_manifest_overrides merged).
+  type: dict
+  returned: always
+rdma_resources:
+  description: The extended resources the RDMA shared device plugin announces (rdma/shared_ib0, ...).
+  type: list
+  returned: always
+"""
+
+
+def _read(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as handle:
+        return k8s_validate.load_documents(handle.read())
+
+
+class ActionModule(ActionBase):
+    _requires_connection = False
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        component = args.get("component")
+        files = args.get("files") or {}
+        names = [name for name, spec in model.all_vars().items() if name.startswith(("k8s_", "nodeforge_k8s_"))]
+        names.append("nodeforge_manifest_overrides")
+        control = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
+        hostvars = task_vars.get("hostvars", {})
+        nodes = {}
+        for host in task_vars.get("groups", {}).get(model.WORKER_GROUP, []):
+            variables = hostvars[host]
+            nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
+        try:
+            cluster = k8s_objects.cluster_from(control, nodes)
+            if component == "node_labels":
+                objects = k8s_objects.node_labels(cluster) if cluster.get("k8s_node_labels_enabled") else []
+            elif component == "gpu_device_plugin":
+                [upstream] = _read(files["upstream"])
+                [runtime_class] = _read(files["runtime_class"])
+                objects = k8s_objects.gpu_device_plugin(cluster, upstream, runtime_class)
+            elif component == "rdma_shared_device_plugin":
+                [daemonset] = _read(files["daemonset"])
+                [configmap] = _read(files["configmap"])
+                objects = k8s_objects.rdma_shared_device_plugin(cluster, daemonset, configmap)
+            elif component == "pins":
+                objects = []
+            elif component == "mpi_operator":
+                objects = k8s_objects.mpi_operator(cluster, _read(files["release"]) if files.get("release") else [])
+            else:
+                raise AnsibleActionFail(f"unknown component {component!r}")
+            resources = k8s_objects.rdma_resources(cluster)
+        except k8s_objects.K8sConfigError as exc:
+            raise AnsibleActionFail(f"{task_vars.get('inventory_hostname')}: {exc}") from exc
+        except (KeyError, ValueError, OSError) as exc:
+            raise AnsibleActionFail(f"{component}: cannot read its upstream objects: {exc}") from exc
+        result.update(changed=False, objects=objects, rdma_resources=resources, pins=cluster.manifest["kubernetes"])
+        return result

@@ -1,0 +1,35 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters of the cluster layer over module_utils.k8s_objects."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate
+
+DOCUMENTATION = r"""
+name: kubeconfig_server
+short_description: The API server URL of a kubeconfig's current (or named) context
+description:
+  - C(kubeconfig_server) reads a kubeconfig's text and returns the server of its current-context, or of the context
+    given, so that a message about a server that does not answer can name it.
+  - C(k8s_describe) names an object as messages do (C(Kind namespace/name)).
+author: nodeforge
+options:
+  _input:
+    description: The kubeconfig's text.
+    type: str
+    required: true
+"""
+
+
+def kubeconfig_server(text: str, context: str = "") -> str:
+    try:
+        return k8s_objects.kubeconfig_server(text, context)
+    except k8s_objects.K8sConfigError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"kubeconfig_server": kubeconfig_server, "k8s_describe": k8s_validate.describe}

@@ -1,0 +1,520 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The Kubernetes objects of the cluster layer, computed from the inventory, the hardware profiles and the version
+manifest: one list of objects that `nodeforge k8s render` writes, `apply` applies and `diff` compares (one code
+path). Pure functions of plain data, unit-tested; the roles reach them through the action nodeforge.gpu.k8s_objects.
+
+Modernisations of the sources' objects, each on purpose: names and namespaces are the sources' (rdma-devices,
+shared_ib0.., mpi), the MPI tenants' SCC is named per namespace (the Redbook's scc-for-mpi was one SCC for every
+tenant, with users listed in it) and bound through its Role's `use` verb only; fields the API server never accepted
+(RoleBinding.roleRef.namespace, RoleBinding.userNames) are left out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from ansible_collections.nodeforge.gpu.plugins.module_utils import model
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "nodeforge"}
+LABEL_PREFIX = "nodeforge.io/"
+GPU_PRESENT = "nvidia.com/gpu.present"
+RDMA_PRESENT = LABEL_PREFIX + "rdma"
+DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
+
+
+class K8sConfigError(ValueError):
+    """A setting that cannot make valid objects: the message names the variable and what was expected."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU node as the cluster layer sees it: its Kubernetes name, its hardware profile and the host variables that
+    matter to the cluster (driver source, whether nvidia is the default runtime)."""
+
+    name: str
+    profile: Mapping[str, Any]
+    variables: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def gpu_count(self) -> int:
+        return int((self.profile.get("gpu") or {}).get("count") or 0)
+
+    @property
+    def hcas(self) -> list[Mapping[str, Any]]:
+        return list(self.profile.get("hcas") or [])
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Everything the objects are computed from: the k8s_* settings (role defaults applied), the version manifest
+    (overrides merged) and the GPU nodes."""
+
+    distribution: str
+    k8s_version: str
+    settings: Mapping[str, Any]
+    manifest: Mapping[str, Any]
+    nodes: list[Node]
+
+    @property
+    def openshift(self) -> bool:
+        return self.distribution == "openshift"
+
+    def get(self, name: str) -> Any:
+        return self.settings[name]
+
+
+def label_value(text: Any) -> str:
+    """A label value from free text (a GPU model such as 'Tesla V100-SXM2'): invalid characters become '-', at most
+    63 characters, alphanumeric at both ends."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(text))[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def _meta(name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None) -> dict:
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {**(labels or {}), **MANAGED_BY}
+    return meta
+
+
+# The roles whose variables make up a Cluster's settings (each role's own k8s_<role>_* variables, see their
+# meta/argument_specs.yml), and the cross-role nodeforge_k8s_* ones.
+K8S_ROLES = (
+    "k8s_node_labels",
+    "k8s_gpu_device_plugin",
+    "k8s_rdma_shared_device_plugin",
+    "k8s_mpi_operator",
+    "k8s_cluster",
+)
+# What the cluster layer reads of each GPU node's variables (the node roles' settings that change objects).
+NODE_VARIABLES = ("nodeforge_profile", "k8s_node_labels_node_name", "nvidia_container_toolkit_set_as_default")
+
+
+def plain(value: Any) -> Any:
+    """Plain Python data (Ansible's templated strings are str subclasses that YAML and JSON writers refuse)."""
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, str):
+        return str.__str__(value)  # an exact str, also from a str subclass whose __str__ returns itself
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return value
+
+
+def _effective(name: str, variables: Mapping[str, Any]) -> Any:
+    """The inventory's value, else the role default of the variable's argument spec (empty counts as unset)."""
+    value = plain(variables.get(name))
+    return model.all_vars()[name].default if model.is_empty(value) else value
+
+
+def cluster_from(control: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Cluster:
+    """The Cluster of an inventory: the k8s_control host's variables (settings, nodeforge_manifest_overrides) and
+    each GPU node's (profile, Node name, default runtime), as Ansible resolved them. The same for the roles (the
+    action nodeforge.gpu.k8s_objects) and the CLI (nodeforge k8s job)."""
+    settings = {
+        name: _effective(name, control)
+        for name, spec in model.all_vars().items()
+        if spec.role in K8S_ROLES or name.startswith("nodeforge_k8s_")
+    }
+    overrides = plain(control.get("nodeforge_manifest_overrides"))
+    manifest = model.deep_merge(model.manifest(), overrides) if isinstance(overrides, Mapping) else model.manifest()
+    found = []
+    for host in sorted(nodes):
+        variables = nodes[host]
+        profile_name = variables.get("nodeforge_profile")
+        profile = model.profiles().get(str(profile_name))
+        if profile is None:
+            raise K8sConfigError(f"host {host}: nodeforge_profile {profile_name!r} is not a known hardware profile")
+        name = _effective("k8s_node_labels_node_name", variables) or host
+        found.append(
+            Node(str(name), profile, {v: _effective(v, variables) for v in NODE_VARIABLES if v in model.all_vars()})
+        )
+    return Cluster(
+        str(settings["nodeforge_k8s_distribution"]), str(settings["nodeforge_k8s_version"]), settings, manifest, found
+    )
+
+
+# ---- node labels -----------------------------------------------------------------------------------------------------
+def node_labels(cluster: Cluster) -> list[dict]:
+    """One Node object per GPU node carrying only nodeforge's labels (server-side apply owns just these fields): the
+    profile, GPU model and count, HCA count, and the selectors the device plugins use, plus k8s_node_labels_extra
+    (e.g. seed 001's openshift.com/gpu-accelerator=true)."""
+    extra = {str(k): str(v) for k, v in (cluster.get("k8s_node_labels_extra") or {}).items()}
+    objects = []
+    for node in sorted(cluster.nodes, key=lambda n: n.name):
+        labels = {LABEL_PREFIX + "profile": label_value(node.profile.get("name", ""))}
+        if node.gpu_count:
+            labels[GPU_PRESENT] = "true"
+            labels[LABEL_PREFIX + "gpu.model"] = label_value((node.profile.get("gpu") or {}).get("model", ""))
+            labels[LABEL_PREFIX + "gpu.count"] = str(node.gpu_count)
+        if node.hcas:
+            labels[RDMA_PRESENT] = "true"
+            labels[LABEL_PREFIX + "hca.count"] = str(len(node.hcas))
+        labels.update(extra)
+        objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}})
+    return objects
+
+
+# ---- NVIDIA device plugin --------------------------------------------------------------------------------------------
+def _openshift_privileged(name: str, namespace: str) -> list[dict]:
+    """On OpenShift a hostPath / privileged DaemonSet needs an SCC that allows it: its own ServiceAccount, allowed
+    to `use` the privileged SCC through a Role and RoleBinding."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _meta(f"{name}-privileged-scc", namespace),
+            "rules": [
+                {
+                    "apiGroups": ["security.openshift.io"],
+                    "resources": ["securitycontextconstraints"],
+                    "resourceNames": ["privileged"],
+                    "verbs": ["use"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _meta(f"{name}-privileged-scc", namespace),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-privileged-scc"},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def device_plugin_config(cluster: Cluster) -> dict:
+    """The device plugin's config file (version v1): flags.migStrategy and, when sharing is on, time-slicing or MPS
+    replicas of nvidia.com/gpu."""
+    sharing = cluster.get("k8s_gpu_device_plugin_sharing")
+    replicas = int(cluster.get("k8s_gpu_device_plugin_replicas"))
+    strategy = cluster.get("k8s_gpu_device_plugin_mig_strategy")
+    if sharing != "none" and replicas < 2:
+        raise K8sConfigError(
+            f"k8s_gpu_device_plugin_sharing is {sharing}: k8s_gpu_device_plugin_replicas must be at least 2 "
+            f"(found {replicas})"
+        )
+    if sharing == "mps" and strategy == "mixed":
+        raise K8sConfigError("k8s_gpu_device_plugin_sharing mps cannot be combined with migStrategy mixed")
+    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": strategy}}
+    if sharing != "none":
+        key = "timeSlicing" if sharing == "time-slicing" else "mps"
+        resource = {"name": "nvidia.com/gpu", "replicas": replicas}
+        config["sharing"] = {
+            key: {
+                "renameByDefault": bool(cluster.get("k8s_gpu_device_plugin_rename_by_default")),
+                "resources": [resource],
+            }
+        }
+    return config
+
+
+def needs_runtime_class(cluster: Cluster) -> bool:
+    """The RuntimeClass nvidia is needed when nvidia is not the default runtime on some GPU node."""
+    return any(not n.variables.get("nvidia_container_toolkit_set_as_default", False) for n in cluster.nodes)
+
+
+def gpu_device_plugin(cluster: Cluster, upstream: Mapping[str, Any], runtime_class: Mapping[str, Any]) -> list[dict]:
+    """The NVIDIA device plugin: the upstream static DaemonSet (v0.20.0 deployments/static/nvidia-device-plugin.yml)
+    with the manifest's image, on GPU nodes only, reading its config from a ConfigMap; the RuntimeClass nvidia (the
+    toolkit role's object) when the toolkit is not the default runtime, which the plugin's own pods then use."""
+    if not cluster.get("k8s_gpu_device_plugin_enabled"):
+        return []
+    namespace = cluster.get("k8s_gpu_device_plugin_namespace")
+    pin = cluster.manifest["kubernetes"]["k8s_device_plugin"]
+    config_name = "nvidia-device-plugin-config"
+    objects: list[dict] = []
+    with_class = needs_runtime_class(cluster)
+    if with_class:
+        objects.append(copy.deepcopy(dict(runtime_class)))
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(config_name, namespace),
+            "data": {"config.yaml": yaml.safe_dump(device_plugin_config(cluster), sort_keys=True)},
+        }
+    )
+    daemonset = copy.deepcopy(dict(upstream))
+    daemonset["metadata"]["namespace"] = namespace
+    daemonset["metadata"]["labels"] = {**daemonset["metadata"].get("labels", {}), **MANAGED_BY}
+    pod = daemonset["spec"]["template"]["spec"]
+    pod["nodeSelector"] = dict(cluster.get("k8s_gpu_device_plugin_node_selector") or {GPU_PRESENT: "true"})
+    if with_class:
+        pod["runtimeClassName"] = runtime_class["metadata"]["name"]
+    [container] = pod["containers"]
+    container["image"] = pin["image"]
+    container["env"] = [{"name": "CONFIG_FILE", "value": "/config/config.yaml"}]
+    container["volumeMounts"].append({"name": "config", "mountPath": "/config", "readOnly": True})
+    pod["volumes"].append({"name": "config", "configMap": {"name": config_name}})
+    if cluster.openshift:
+        objects += _openshift_privileged("nvidia-device-plugin", namespace)
+        pod["serviceAccountName"] = "nvidia-device-plugin"
+    objects.append(daemonset)
+    return objects
+
+
+# ---- RDMA shared device plugin ---------------------------------------------------------------------------------------
+def _hca_ports(cluster: Cluster) -> list[Mapping[str, Any]]:
+    """Every distinct HCA port (by netdev) of the GPU nodes' profiles, in netdev order."""
+    ports: dict[str, Mapping[str, Any]] = {}
+    for node in cluster.nodes:
+        for hca in node.hcas:
+            netdev = hca.get("netdev")
+            if not netdev:
+                raise K8sConfigError(
+                    f"profile {node.profile.get('name')}: HCA {hca.get('name')} has no netdev name: the RDMA shared "
+                    "device plugin's configuration names the devices by it"
+                )
+            ports.setdefault(str(netdev), hca)
+    return [
+        ports[name]
+        for name in sorted(ports, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)])
+    ]
+
+
+def _selectors(hcas: list[Mapping[str, Any]]) -> dict:
+    vendors = sorted({str(h.get("pci_id", "15b3:")).split(":")[0] for h in hcas})
+    devices = sorted({str(h.get("pci_id", ":")).split(":")[1] for h in hcas if ":" in str(h.get("pci_id", ""))})
+    links = sorted({"infiniband" if str(h.get("link_layer", "")).lower() == "infiniband" else "ether" for h in hcas})
+    selectors: dict[str, Any] = {"vendors": vendors}
+    if devices:
+        selectors["deviceIDs"] = devices
+    selectors["ifNames"] = [str(h["netdev"]) for h in hcas]
+    selectors["linkTypes"] = links
+    return selectors
+
+
+def rdma_device_config(cluster: Cluster) -> dict:
+    """The rdma-devices config.json: one resource per HCA port (shared_ib0..) or one for all of them, in the Redbook's
+    `devices` form or the plugin's `selectors` form, rdmaHcaMax from the inventory."""
+    ports = _hca_ports(cluster)
+    explicit = cluster.get("k8s_rdma_shared_device_plugin_resources") or []
+    hca_max = int(cluster.get("k8s_rdma_shared_device_plugin_rdma_hca_max"))
+    form = cluster.get("k8s_rdma_shared_device_plugin_form")
+    prefix = cluster.get("k8s_rdma_shared_device_plugin_resource_prefix")
+    if explicit:
+        by_netdev = {str(p["netdev"]): p for p in ports}
+        groups = []
+        for index, resource in enumerate(explicit):
+            unknown = [d for d in resource.get("devices", []) if d not in by_netdev]
+            if unknown or not resource.get("devices"):
+                raise K8sConfigError(
+                    f"k8s_rdma_shared_device_plugin_resources[{index}].devices: {unknown or 'none given'} "
+                    f"(expected netdev names of the profiles' HCAs: {', '.join(by_netdev) or 'none'})"
+                )
+            groups.append((resource["name"], [by_netdev[d] for d in resource["devices"]]))
+    elif cluster.get("k8s_rdma_shared_device_plugin_grouping") == "per_hca":
+        groups = [(f"{prefix}{p['netdev']}", [p]) for p in ports]
+    else:
+        groups = [(f"{prefix}hca", ports)] if ports else []
+    entries = []
+    for name, hcas in groups:
+        entry: dict[str, Any] = {"resourceName": name, "resourcePrefix": "rdma", "rdmaHcaMax": hca_max}
+        if form == "devices":
+            entry["devices"] = [str(h["netdev"]) for h in hcas]
+        else:
+            entry["selectors"] = _selectors(hcas)
+        entries.append(entry)
+    return {
+        "periodicUpdateInterval": int(cluster.get("k8s_rdma_shared_device_plugin_periodic_update_interval")),
+        "configList": entries,
+    }
+
+
+def rdma_resources(cluster: Cluster) -> list[str]:
+    """The extended resources the plugin announces (rdma/shared_ib0, ...): what jobs ask for, at most 1 each."""
+    if not cluster.get("k8s_rdma_shared_device_plugin_enabled") or not _hca_ports(cluster):
+        return []
+    return [f"rdma/{e['resourceName']}" for e in rdma_device_config(cluster)["configList"]]
+
+
+def rdma_shared_device_plugin(
+    cluster: Cluster, upstream_daemonset: Mapping[str, Any], upstream_configmap: Mapping[str, Any]
+) -> list[dict]:
+    """The RDMA shared device plugin v1.5.3: its ConfigMap rdma-devices generated from the profiles' HCAs and the
+    upstream DaemonSet with the manifest's pinned image, on the nodes that have HCAs."""
+    if not cluster.get("k8s_rdma_shared_device_plugin_enabled") or not _hca_ports(cluster):
+        return []
+    namespace = cluster.get("k8s_rdma_shared_device_plugin_namespace")
+    pin = cluster.manifest["kubernetes"]["rdma_shared_dev_plugin"]
+    configmap = copy.deepcopy(dict(upstream_configmap))
+    configmap["metadata"] = _meta(configmap["metadata"]["name"], namespace)
+    configmap["data"] = {"config.json": json.dumps(rdma_device_config(cluster), indent=2, sort_keys=False) + "\n"}
+    daemonset = copy.deepcopy(dict(upstream_daemonset))
+    daemonset["metadata"]["namespace"] = namespace
+    daemonset["metadata"]["labels"] = {**daemonset["metadata"].get("labels", {}), **MANAGED_BY}
+    pod = daemonset["spec"]["template"]["spec"]
+    pod["nodeSelector"] = dict(cluster.get("k8s_rdma_shared_device_plugin_node_selector") or {RDMA_PRESENT: "true"})
+    [container] = pod["containers"]
+    container["image"] = pin["image"]
+    objects = [configmap]
+    if cluster.openshift:
+        objects += _openshift_privileged("rdma-shared-device-plugin", namespace)
+        pod["serviceAccountName"] = "rdma-shared-device-plugin"
+    return [*objects, daemonset]
+
+
+# ---- MPI Operator and the tenants' IPC_LOCK access -------------------------------------------------------------------
+# The OpenShift "restricted" SCC the Redbook cloned, with IPC_LOCK added by default (seed 004, 3.4.3).
+_RESTRICTED_SCC = {
+    "allowHostDirVolumePlugin": False,
+    "allowHostIPC": False,
+    "allowHostNetwork": False,
+    "allowHostPID": False,
+    "allowHostPorts": False,
+    "allowPrivilegeEscalation": True,
+    "allowPrivilegedContainer": False,
+    "allowedCapabilities": None,
+    "defaultAddCapabilities": ["IPC_LOCK"],
+    "fsGroup": {"type": "MustRunAs"},
+    "groups": [],
+    "priority": None,
+    "readOnlyRootFilesystem": False,
+    "requiredDropCapabilities": ["KILL", "MKNOD", "SETUID", "SETGID"],
+    "runAsUser": {"type": "MustRunAsRange"},
+    "seLinuxContext": {"type": "MustRunAs"},
+    "supplementalGroups": {"type": "RunAsAny"},
+    "users": [],
+    "volumes": ["configMap", "downwardAPI", "emptyDir", "persistentVolumeClaim", "projected", "secret"],
+}
+
+
+def tenant_scc_name(namespace: str) -> str:
+    return f"nodeforge-mpi-{namespace}"
+
+
+def mpi_tenants(cluster: Cluster) -> list[dict]:
+    """Per tenant namespace: the namespace (on Kubernetes with the Pod Security level that admits IPC_LOCK, which
+    baseline does not), the ServiceAccount, a Role to run MPIJobs (and, on OpenShift, to `use` the tenant's SCC) and
+    its RoleBinding; on OpenShift the SCC cloned from restricted with defaultAddCapabilities [IPC_LOCK]."""
+    service_account = cluster.get("k8s_mpi_operator_service_account")
+    objects: list[dict] = []
+    for namespace in cluster.get("k8s_mpi_operator_tenants") or []:
+        ns_labels: dict[str, str] = {}
+        if not cluster.openshift:
+            # IPC_LOCK is not among the capabilities the baseline Pod Security Standard allows: privileged admits it;
+            # warn/audit keep baseline so that everything else a tenant's pod asks for beyond it is still reported.
+            ns_labels = {
+                "pod-security.kubernetes.io/enforce": "privileged",
+                "pod-security.kubernetes.io/warn": "baseline",
+                "pod-security.kubernetes.io/audit": "baseline",
+            }
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace, labels=ns_labels)})
+        objects.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(service_account, namespace)})
+        rules = [
+            {
+                "apiGroups": ["kubeflow.org"],
+                "resources": ["mpijobs"],
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            },
+            {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list", "watch"]},
+        ]
+        if cluster.openshift:
+            scc = {
+                "apiVersion": "security.openshift.io/v1",
+                "kind": "SecurityContextConstraints",
+                "metadata": {
+                    **_meta(tenant_scc_name(namespace)),
+                    "annotations": {
+                        "kubernetes.io/description": f"cloned from restricted, adds IPC_LOCK for MPI jobs in "
+                        f"{namespace}"
+                    },
+                },
+                **copy.deepcopy(_RESTRICTED_SCC),
+            }
+            objects.append(scc)
+            rules.append(
+                {
+                    "apiGroups": ["security.openshift.io"],
+                    "resources": ["securitycontextconstraints"],
+                    "resourceNames": [tenant_scc_name(namespace)],
+                    "verbs": ["use"],
+                }
+            )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": _meta(service_account, namespace),
+                "rules": rules,
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": _meta(service_account, namespace),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": service_account},
+                "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
+            }
+        )
+    return objects
+
+
+def mpi_operator(cluster: Cluster, release: list[Mapping[str, Any]]) -> list[dict]:
+    """The pinned MPI Operator release manifest's objects as released (verified by sha256 before this), then the
+    tenants' objects."""
+    if not cluster.get("k8s_mpi_operator_enabled"):
+        return []
+    return [copy.deepcopy(dict(obj)) for obj in release] + mpi_tenants(cluster)
+
+
+# ---- writing ---------------------------------------------------------------------------------------------------------
+def file_name(obj: Mapping[str, Any]) -> str:
+    """A stable, unique file name per object: kind, namespace, name."""
+    meta = obj["metadata"]
+    parts = [obj["kind"].lower(), meta.get("namespace", ""), meta["name"]]
+    return "-".join(re.sub(r"[^a-z0-9.-]+", "-", p.lower()) for p in parts if p) + ".yaml"
+
+
+def dump(obj: Mapping[str, Any]) -> str:
+    """One object as YAML: block style, keys in a fixed order (apiVersion, kind, metadata first), no aliases."""
+
+    class _Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    _Dumper.add_representer(str, _str)
+    head = {key: obj[key] for key in ("apiVersion", "kind", "metadata") if key in obj}
+    rest = {key: obj[key] for key in sorted(obj) if key not in head}
+    return yaml.dump({**head, **rest}, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+
+
+def kustomization(names: list[str]) -> str:
+    return dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": names})
+
+
+def kubeconfig_server(text: str, context: str = "") -> str:
+    """The API server URL a kubeconfig points at, for its current-context or the context named (what a message about
+    a server that does not answer must name)."""
+    config = yaml.safe_load(text) or {}
+    wanted = context or config.get("current-context") or ""
+    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in config.get("clusters") or []}
+    if wanted not in contexts:
+        raise K8sConfigError(f"the kubeconfig has no context {wanted!r} (contexts: {', '.join(map(str, contexts))})")
+    cluster = contexts[wanted].get("cluster")
+    server = clusters.get(cluster, {}).get("server")
+    if not server:
+        raise K8sConfigError(f"the kubeconfig's context {wanted!r} names cluster {cluster!r}, which has no server")
+    return str(server)
