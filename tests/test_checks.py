@@ -801,3 +801,45 @@ def test_reboot_policy_always_is_gone(tmp_path):
     """always rebooted every node on every run, all at once, even when nothing changed."""
     [problem] = messages(write_inventory(tmp_path, {"nodeforge_reboot_policy": "always"}))
     assert "nodeforge_reboot_policy: found 'always'; expected one of never, if_needed" in problem
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "expected"),
+    [
+        (
+            {"k8s_gpu_device_plugin_sharing": "time-slicing"},
+            "k8s_gpu_device_plugin_replicas: found 1 with k8s_gpu_device_plugin_sharing time-slicing; expected at least 2",
+        ),
+        (
+            {
+                "k8s_gpu_device_plugin_sharing": "mps",
+                "k8s_gpu_device_plugin_replicas": 4,
+                "k8s_gpu_device_plugin_mig_strategy": "mixed",
+            },
+            "k8s_gpu_device_plugin_mig_strategy: found mixed with k8s_gpu_device_plugin_sharing mps",
+        ),
+        (
+            {"k8s_rdma_shared_device_plugin_resources": [{"name": "rails", "devices": ["ib0", "eth9"]}]},
+            "k8s_rdma_shared_device_plugin_resources[0]: found {'devices': ['ib0', 'eth9'], 'name': 'rails'}; "
+            "expected {name: <resource name>, devices: [<netdevs>]} with netdevs of profile dgx-1's HCAs: ib0, ib1, ib2",
+        ),
+        ({"nodeforge_k8s_version": "1.20"}, "nodeforge_k8s_version: found '1.20'; expected a Kubernetes version"),
+        ({"nodeforge_k8s_distribution": "rancher"}, "nodeforge_k8s_distribution: found 'rancher'"),
+        ({"k8s_gpu_device_plugin_mig_strategy": "all"}, "k8s_gpu_device_plugin_mig_strategy: found 'all'"),
+    ],
+)
+def test_cluster_settings_are_checked(tmp_path, group_vars, expected):
+    [problem] = messages(write_inventory(tmp_path, group_vars))
+    assert expected in problem, problem
+
+
+def test_cluster_settings_that_fit_pass(tmp_path):
+    group_vars = {
+        "nodeforge_k8s_distribution": "openshift",
+        "nodeforge_k8s_version": "1.33",
+        "k8s_gpu_device_plugin_sharing": "time-slicing",
+        "k8s_gpu_device_plugin_replicas": 4,
+        "k8s_rdma_shared_device_plugin_resources": [{"name": "rails", "devices": ["ib0", "ib1"]}],
+        "k8s_mpi_operator_tenants": ["ml-team"],
+    }
+    assert messages(write_inventory(tmp_path, group_vars)) == []

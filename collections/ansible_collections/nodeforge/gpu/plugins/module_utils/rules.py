@@ -247,7 +247,53 @@ VALIDATE_CERTS = (
     "ofed_validate_certs",
     "gpudirect_rdma_validate_certs",
     "preflight_repository_validate_certs",
+    "k8s_mpi_operator_validate_certs",
 )
+
+
+@rule
+def gpu_sharing_has_replicas(ctx: HostModel) -> Iterator[Violation]:
+    """The device plugin's time-slicing and MPS need at least 2 replicas of each GPU, and MPS no mixed MIG strategy."""
+    sharing, replicas = ctx.get("k8s_gpu_device_plugin_sharing"), ctx.get("k8s_gpu_device_plugin_replicas")
+    if sharing is None or sharing.value == "none":
+        return
+    count = replicas.value if replicas is not None else 1
+    if not isinstance(count, int) or count < 2:
+        yield Violation(
+            replicas.origin if replicas is not None and replicas.explicit else sharing.origin,
+            "k8s_gpu_device_plugin_replicas",
+            f"{count} with k8s_gpu_device_plugin_sharing {sharing.value}",
+            "at least 2 replicas of each GPU for time-slicing or MPS",
+        )
+    strategy = ctx.get("k8s_gpu_device_plugin_mig_strategy")
+    if sharing.value == "mps" and strategy is not None and strategy.value == "mixed":
+        yield Violation(
+            strategy.origin,
+            "k8s_gpu_device_plugin_mig_strategy",
+            "mixed with k8s_gpu_device_plugin_sharing mps",
+            "none or single: the device plugin's MPS sharing does not support the mixed MIG strategy",
+        )
+
+
+@rule
+def rdma_resources_name_the_profile_s_hcas(ctx: HostModel) -> Iterator[Violation]:
+    """Explicit RDMA resources list netdevs of the node's profile (the ConfigMap names devices by them)."""
+    resources = ctx.get("k8s_rdma_shared_device_plugin_resources")
+    if resources is None or not isinstance(resources.value, list) or not ctx.profile:
+        return
+    known = [str(h.get("netdev")) for h in ctx.profile.get("hcas") or [] if h.get("netdev")]
+    for index, resource in enumerate(resources.value):
+        devices = resource.get("devices") if isinstance(resource, dict) else None
+        name = resource.get("name") if isinstance(resource, dict) else None
+        unknown = [d for d in devices or [] if d not in known]
+        if not isinstance(name, str) or not name or not devices or unknown:
+            yield Violation(
+                resources.origin,
+                f"k8s_rdma_shared_device_plugin_resources[{index}]",
+                repr(resource),
+                f"{{name: <resource name>, devices: [<netdevs>]}} with netdevs of profile {ctx.profile_name}'s HCAs: "
+                f"{', '.join(known) or 'none (the profile has no HCA)'}",
+            )
 
 
 @warning
