@@ -1,0 +1,167 @@
+"""`nodeforge k8s render / apply` through the CLI on the sample inventories (ansible-runner, the k8s.yml playbook).
+
+The MPI Operator's release manifest comes from a loopback HTTP server that serves ../shared/reference/upstream-
+manifests (the pinned upstream files), as the real release URL would; the sha256 the version manifest pins is the
+real file's. What is written is read back and validated again by independent probes (tests/test_k8s_objects.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_k8s_objects import UPSTREAM, independent_problems
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+NODEFORGE = str(Path(sys.executable).parent / "nodeforge")
+SAMPLES = {
+    "dgx1-openshift": "openshift",
+    "c4140-k8s": "kubernetes",
+    "vsphere-t4": "kubernetes",
+    "dgx-h100-k8s": "kubernetes",
+}
+MPI_OPERATOR = "mpi-operator-v0.8.0.yaml"
+
+
+@pytest.fixture(scope="module")
+def upstream_url():
+    """The pinned upstream manifests on a loopback HTTP server, for the whole module."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(UPSTREAM))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def control_overrides(tmp_path: Path, url: str, checksum: str | None = None) -> Path:
+    """An inventory file the sample is read with: the k8s_control host downloads the release from loopback."""
+    pin = {"url": f"{url}/{MPI_OPERATOR}"}
+    if checksum:
+        pin["checksum"] = checksum
+    path = tmp_path / "control.yml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "k8s_control": {
+                    "hosts": {"localhost": {"nodeforge_manifest_overrides": {"kubernetes": {"mpi_operator": pin}}}}
+                }
+            }
+        )
+    )
+    return path
+
+
+def nodeforge(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([NODEFORGE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def read_rendered(directory: Path) -> dict[str, dict]:
+    return {path.name: yaml.safe_load(path.read_text()) for path in sorted(directory.glob("*.yaml"))}
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sample):
+    out = tmp_path / "out"
+    inventory = str(REPO / "inventories" / sample)
+    run = nodeforge("k8s", "render", "-i", inventory, "-i", str(control_overrides(tmp_path, upstream_url)), "-o",
+                    str(out), "--json")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    files = read_rendered(out)
+    kustomization = files.pop("kustomization.yaml")
+    assert sorted(kustomization["resources"]) == sorted(files)
+    objects = list(files.values())
+    assert independent_problems(objects) == []
+    kinds = [obj["kind"] for obj in objects]
+    assert kinds.count("Node") == len(yaml.safe_load((REPO / "inventories" / sample / "hosts.yml").read_text())
+                                       ["all"]["children"]["gpu_nodes"]["hosts"])
+    assert ("SecurityContextConstraints" in kinds) is (SAMPLES[sample] == "openshift")
+    # The MPI Operator's objects are the pinned release's, unchanged.
+    release = [d for d in yaml.safe_load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
+    for obj in release:
+        assert obj in objects, f"{obj['kind']} {obj['metadata']['name']}"
+    result = json.loads(run.stdout)
+    notices = " ".join(" ".join(texts) for texts in result["notices"].values())
+    assert f"{len(files) + 1} files in {out} ({len(files)} objects and kustomization.yaml)" in notices
+
+
+def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):
+    out = tmp_path / "out"
+    args = ["k8s", "render", "-i", str(REPO / "inventories" / "dgx1-openshift"), "-i",
+            str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json"]
+    first = nodeforge(*args)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
+    second = nodeforge(*args)
+    assert second.returncode == 0
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()} == digest
+    assert "changed: 0, removed: 0" in second.stdout
+
+
+def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_url):
+    out = tmp_path / "out"
+    wrong = "sha256:" + hashlib.sha256(b"not the release").hexdigest()
+    run = nodeforge("k8s", "render", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
+                    str(control_overrides(tmp_path, upstream_url, wrong)), "-o", str(out), "--json")
+    assert run.returncode != 0
+    [failure] = json.loads(run.stdout)["failures"]
+    assert failure["task"].endswith("Refuse the MPI Operator release that did not verify")
+    assert f"{upstream_url}/{MPI_OPERATOR} was not used" in failure["message"]
+    assert f"pins kubernetes.mpi_operator.checksum {wrong}" in failure["message"]
+    assert not out.exists()
+
+
+def test_an_invalid_object_is_named_and_nothing_is_written(tmp_path, upstream_url):
+    out = tmp_path / "out"
+    run = nodeforge("k8s", "render", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
+                    str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json",
+                    "-e", '{"k8s_node_labels_extra": {"team": "ml team!"}}')
+    assert run.returncode != 0
+    [failure] = json.loads(run.stdout)["failures"]
+    assert "problem(s) in the rendered objects (validated against Kubernetes 1.33" in failure["message"]
+    assert "at metadata.labels.team: 'ml team!' is not a valid label value" in failure["message"]
+    assert "nothing was written or applied" in failure["message"]
+    assert not out.exists()
+
+
+def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_path, upstream_url):
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = f"https://127.0.0.1:{port}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "lab",
+                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "admin"}}],
+                "clusters": [{"name": "lab", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "admin", "user": {"token": "not-a-secret-of-anyone"}}],
+            }
+        )
+    )
+    run = nodeforge("k8s", "apply", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
+                    str(control_overrides(tmp_path, upstream_url)), "-e", f"k8s_cluster_kubeconfig={kubeconfig}",
+                    "--json")
+    assert run.returncode != 0
+    result = json.loads(run.stdout)
+    [failure] = result["failures"]
+    assert failure["task"].endswith("Stop when the API server does not answer")
+    assert f"The Kubernetes API server {server} (kubeconfig {kubeconfig}) did not answer" in failure["message"]
+    assert failure["message"].endswith("Nothing was applied.")
+    assert not any("Apply each object" in task for tasks in result["changes"].values() for task in tasks)
+    assert "not-a-secret-of-anyone" not in run.stdout + run.stderr
