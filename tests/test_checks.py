@@ -808,7 +808,8 @@ def test_reboot_policy_always_is_gone(tmp_path):
     [
         (
             {"k8s_gpu_device_plugin_sharing": "time-slicing"},
-            "k8s_gpu_device_plugin_replicas: found 1 with k8s_gpu_device_plugin_sharing time-slicing; expected at least 2",
+            "k8s_gpu_device_plugin_replicas: found 1 with k8s_gpu_device_plugin_sharing time-slicing; "
+            "expected at least 2",
         ),
         (
             {
@@ -821,7 +822,8 @@ def test_reboot_policy_always_is_gone(tmp_path):
         (
             {"k8s_rdma_shared_device_plugin_resources": [{"name": "rails", "devices": ["ib0", "eth9"]}]},
             "k8s_rdma_shared_device_plugin_resources[0]: found {'devices': ['ib0', 'eth9'], 'name': 'rails'}; "
-            "expected {name: <resource name>, devices: [<netdevs>]} with netdevs of profile dgx-1's HCAs: ib0, ib1, ib2",
+            "expected {name: <resource name>, devices: [<netdevs>]} with netdevs of profile dgx-1's HCAs: "
+            "ib0, ib1, ib2",
         ),
         ({"nodeforge_k8s_version": "1.20"}, "nodeforge_k8s_version: found '1.20'; expected a Kubernetes version"),
         ({"nodeforge_k8s_distribution": "rancher"}, "nodeforge_k8s_distribution: found 'rancher'"),

@@ -76,8 +76,9 @@ def read_rendered(directory: Path) -> dict[str, dict]:
 def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sample):
     out = tmp_path / "out"
     inventory = str(REPO / "inventories" / sample)
-    run = nodeforge("k8s", "render", "-i", inventory, "-i", str(control_overrides(tmp_path, upstream_url)), "-o",
-                    str(out), "--json")
+    run = nodeforge(
+        "k8s", "render", "-i", inventory, "-i", str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json"
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     files = read_rendered(out)
     kustomization = files.pop("kustomization.yaml")
@@ -85,8 +86,11 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
     objects = list(files.values())
     assert independent_problems(objects) == []
     kinds = [obj["kind"] for obj in objects]
-    assert kinds.count("Node") == len(yaml.safe_load((REPO / "inventories" / sample / "hosts.yml").read_text())
-                                       ["all"]["children"]["gpu_nodes"]["hosts"])
+    assert kinds.count("Node") == len(
+        yaml.safe_load((REPO / "inventories" / sample / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"][
+            "hosts"
+        ]
+    )
     assert ("SecurityContextConstraints" in kinds) is (SAMPLES[sample] == "openshift")
     # The MPI Operator's objects are the pinned release's, unchanged.
     release = [d for d in yaml.safe_load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
@@ -99,8 +103,17 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
 
 def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):
     out = tmp_path / "out"
-    args = ["k8s", "render", "-i", str(REPO / "inventories" / "dgx1-openshift"), "-i",
-            str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json"]
+    args = [
+        "k8s",
+        "render",
+        "-i",
+        str(REPO / "inventories" / "dgx1-openshift"),
+        "-i",
+        str(control_overrides(tmp_path, upstream_url)),
+        "-o",
+        str(out),
+        "--json",
+    ]
     first = nodeforge(*args)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
@@ -113,8 +126,17 @@ def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):
 def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_url):
     out = tmp_path / "out"
     wrong = "sha256:" + hashlib.sha256(b"not the release").hexdigest()
-    run = nodeforge("k8s", "render", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
-                    str(control_overrides(tmp_path, upstream_url, wrong)), "-o", str(out), "--json")
+    run = nodeforge(
+        "k8s",
+        "render",
+        "-i",
+        str(REPO / "inventories" / "c4140-k8s"),
+        "-i",
+        str(control_overrides(tmp_path, upstream_url, wrong)),
+        "-o",
+        str(out),
+        "--json",
+    )
     assert run.returncode != 0
     [failure] = json.loads(run.stdout)["failures"]
     assert failure["task"].endswith("Refuse the MPI Operator release that did not verify")
@@ -125,9 +147,19 @@ def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_ur
 
 def test_an_invalid_object_is_named_and_nothing_is_written(tmp_path, upstream_url):
     out = tmp_path / "out"
-    run = nodeforge("k8s", "render", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
-                    str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json",
-                    "-e", '{"k8s_node_labels_extra": {"team": "ml team!"}}')
+    run = nodeforge(
+        "k8s",
+        "render",
+        "-i",
+        str(REPO / "inventories" / "c4140-k8s"),
+        "-i",
+        str(control_overrides(tmp_path, upstream_url)),
+        "-o",
+        str(out),
+        "--json",
+        "-e",
+        '{"k8s_node_labels_extra": {"team": "ml team!"}}',
+    )
     assert run.returncode != 0
     [failure] = json.loads(run.stdout)["failures"]
     assert "problem(s) in the rendered objects (validated against Kubernetes 1.33" in failure["message"]
@@ -154,9 +186,17 @@ def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_p
             }
         )
     )
-    run = nodeforge("k8s", "apply", "-i", str(REPO / "inventories" / "c4140-k8s"), "-i",
-                    str(control_overrides(tmp_path, upstream_url)), "-e", f"k8s_cluster_kubeconfig={kubeconfig}",
-                    "--json")
+    run = nodeforge(
+        "k8s",
+        "apply",
+        "-i",
+        str(REPO / "inventories" / "c4140-k8s"),
+        "-i",
+        str(control_overrides(tmp_path, upstream_url)),
+        "-e",
+        f"k8s_cluster_kubeconfig={kubeconfig}",
+        "--json",
+    )
     assert run.returncode != 0
     result = json.loads(run.stdout)
     [failure] = result["failures"]

@@ -13,8 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
+from rich.console import Console
 
-from nodeforge import cli
+from nodeforge import checks, cli
+from nodeforge.collection import k8s_validate, model
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_jobs, k8s_objects, mpijob_convert  # isort: skip
 
 K8S_PLAYBOOK = "k8s.yml"
 RENDER = cli.Verb(K8S_PLAYBOOK, "Write every cluster object, one file each plus kustomization.yaml (for GitOps).")
@@ -68,3 +73,118 @@ def register(main: click.Group) -> None:
     @_k8s_options
     def diff(**kw: Any) -> None:
         _run("diff", DIFF, kw, {"k8s_cluster_action": "apply"})
+
+    @k8s_group.command(name="job")
+    @click.argument("kind", type=click.Choice(k8s_jobs.KINDS))
+    @click.option("-n", "--namespace", help="Tenant namespace (default: the first of k8s_mpi_operator_tenants).")
+    @click.option("--nodes", type=click.IntRange(1), help="Nodes the job spans (default: every GPU node).")
+    @click.option(
+        "--nccl-mode",
+        type=click.Choice(k8s_jobs.NCCL_MODES),
+        help="NCCL transport (default: ib+gdr with RDMA resources, else tcp).",
+    )
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
+    @_inventory_and_vars
+    def job(
+        kind: str, namespace: str | None, nodes: int | None, nccl_mode: str | None, output: Path | None, **kw: Any
+    ) -> None:
+        """Render an acceptance job for this cluster: cuda-vector-add, ib-write-bw, nccl (all_reduce_perf) or an
+        MPIJob template, with its GPU and RDMA resources, IPC_LOCK and the tenant's ServiceAccount."""
+        inputs = cli._inputs(kw)
+        # Warnings and problems on stderr: stdout is the YAML stream.
+        cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode=False)
+        cluster = _cluster(inputs)
+        facts = job_facts(cluster, namespace, nodes, nccl_mode)
+        try:
+            objects = k8s_jobs.build(kind, facts)
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        _emit(objects, cluster.k8s_version, output)
+
+    @k8s_group.command(name="convert-mpijob")
+    @click.argument("source", type=click.File("r", encoding="utf-8"))
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
+    @click.option(
+        "--k8s-version",
+        default=model.all_vars()["nodeforge_k8s_version"].default,
+        show_default=True,
+        help="Kubernetes version the result is validated against.",
+    )
+    def convert_mpijob(source: Any, output: Path | None, k8s_version: str) -> None:
+        """Convert the MPIJobs of FILE (kubeflow.org/v1alpha2, v1alpha1 or v1; - for stdin) to kubeflow.org/v2beta1,
+        saying on stderr what changed; other objects of the file pass through. The result is validated strictly."""
+        err = Console(stderr=True, highlight=False)
+        converted = []
+        try:
+            documents = k8s_validate.load_documents(source.read())
+        except yaml.YAMLError as exc:
+            raise click.ClickException(f"{source.name} is not YAML: {exc}") from exc
+        for index, doc in enumerate(documents):
+            if not isinstance(doc, dict) or doc.get("kind") != "MPIJob":
+                converted.append(doc)
+                continue
+            try:
+                new, notes = mpijob_convert.convert(doc)
+            except ValueError as exc:
+                raise click.ClickException(f"{source.name}, document {index + 1}: {exc}") from exc
+            name = k8s_validate.describe(new)
+            for note in notes:
+                err.print(f"{name}: {note}", soft_wrap=True)
+            converted.append(new)
+        _emit(converted, k8s_version, output)
+
+
+def _inventory_and_vars(func: Any) -> Any:
+    for option in reversed(
+        [
+            *cli.inventory_options(),
+            click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; checked."),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def _cluster(inputs: cli.Inputs) -> k8s_objects.Cluster:
+    """The Cluster as Ansible reads the inventory: the first k8s_control host's variables (else the first GPU
+    node's: group_vars/all reach both) and every GPU node's."""
+    view = checks.load(list(inputs.inventory), inputs.extra_vars, inputs.vault_ids, inputs.vault_password_files)
+    workers = view.hosts_of(model.WORKER_GROUP)
+    control = (view.hosts_of("k8s_control") or workers)[:1]
+    control_vars = checks.plain(view.host_variables(control[0])[0]) if control else {}
+    nodes = {host: checks.plain(view.host_variables(host)[0]) for host in workers}
+    try:
+        return k8s_objects.cluster_from(control_vars, nodes)
+    except k8s_objects.K8sConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def job_facts(cluster: k8s_objects.Cluster, namespace: str | None, nodes: int | None, nccl_mode: str | None) -> dict:
+    """What k8s_jobs.build needs to know of the cluster (module_utils/k8s_jobs.py: the keys it reads)."""
+    tenants = cluster.get("k8s_mpi_operator_tenants") or []
+    gpus = [n.gpu_count for n in cluster.nodes if n.gpu_count]
+    return {
+        "distribution": cluster.distribution,
+        "namespace": namespace or (tenants[0] if tenants else "default"),
+        "service_account": cluster.get("k8s_mpi_operator_service_account"),
+        "gpus_per_node": min(gpus) if gpus else 1,
+        "nodes": nodes or len(cluster.nodes),
+        "rdma_resources": k8s_objects.rdma_resources(cluster),
+        "node_selector": dict(cluster.get("k8s_gpu_device_plugin_node_selector") or {k8s_objects.GPU_PRESENT: "true"}),
+        "nccl_mode": nccl_mode,
+    }
+
+
+def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
+    """Validate strictly (the shipped CRDs for custom resources), then write a YAML stream; problems exit 1."""
+    problems = k8s_validate.validate(objects, k8s_version, k8s_validate.shipped_crds())
+    if problems:
+        for problem in problems:
+            Console(stderr=True, highlight=False).print(f"[red]invalid[/red] {problem}", soft_wrap=True)
+        sys.exit(cli.EXIT_ERROR)
+    text = "---\n".join(k8s_objects.dump(obj) for obj in objects)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        Console(stderr=True, highlight=False).print(f"wrote {len(objects)} object(s) to {output}", soft_wrap=True)
