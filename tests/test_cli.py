@@ -245,6 +245,39 @@ def test_init_host_prefix_and_os(runner, tmp_path):
     assert "\nnodeforge_os: ubuntu24.04\n" in (tmp_path / "s" / "group_vars" / "all.yml").read_text()
 
 
+@pytest.mark.parametrize(("node_os", "formats"), [("ubuntu22.04", ["deb"]), ("rocky9", ["rpm"]), ("", ["deb", "rpm"])])
+def test_init_of_a_vgpu_guest_says_what_to_fill_in_and_check_names_the_same(runner, tmp_path, node_os, formats):
+    """The GRID guest driver has no public URL: init scaffolds an empty, marked placeholder and says so on stdout;
+    check refuses the placeholder, naming the same variable."""
+    target = tmp_path / "site"
+    result = runner.invoke(main, ["init", str(target), "-p", "vsphere-t4-vgpu", "--os", node_os])
+    assert result.exit_code == 0, result.output
+    [todo] = [line for line in result.output.splitlines() if line.startswith("fill in: ")]
+    assert f"edit the GRID driver location in {target / 'group_vars' / 'all.yml'}" in todo
+    assert "nodeforge_manifest_overrides: nvidia_driver.grid version, package" in todo
+    assert "NVIDIA distributes the GRID guest driver through its Licensing Portal only" in todo
+    for fmt in formats:
+        assert f"{fmt}.url, {fmt}.checksum" in todo
+    assert ("rpm.url" in todo) == ("rpm" in formats) and ("deb.url" in todo) == ("deb" in formats)
+    overrides = yaml.safe_load((target / "group_vars" / "all.yml").read_text())["nodeforge_manifest_overrides"]
+    assert overrides["nvidia_driver"]["grid"] == {
+        "version": "",
+        "package": "",
+        **{fmt: {"url": "", "checksum": ""} for fmt in formats},
+    }
+    check = runner.invoke(main, ["check", "-i", str(target), "--json"])
+    assert check.exit_code == 1
+    [problem] = json.loads(check.stdout)["problems"]
+    assert problem["variable"] == "nodeforge_manifest_overrides"
+    assert "nvidia_driver.grid lacks version, package" in problem["found"]
+
+
+def test_init_says_nothing_to_fill_in_for_bare_metal(runner, tmp_path):
+    result = runner.invoke(main, ["init", str(tmp_path / "s"), "-p", "dgx-1"])
+    assert result.exit_code == 0, result.output
+    assert "fill in" not in result.output and "nodeforge_manifest_overrides:" not in result.output
+
+
 def test_init_rejects_unknown_os(runner, tmp_path):
     result = runner.invoke(main, ["init", str(tmp_path / "s"), "-p", "lab", "--os", "windows"])
     assert result.exit_code != 0

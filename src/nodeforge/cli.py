@@ -247,8 +247,10 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
         raise click.ClickException(f"cannot write the inventory into {where}: {exc.strerror or exc}") from exc
     console = _console()
     for path in written:
-        console.print(f"wrote {path}")
-    console.print(f"next: edit {directory}/hosts.yml, then run: nodeforge check -i {directory}")
+        console.print(f"wrote {path}", soft_wrap=True)
+    for item in scaffold.todo(directory, profile, node_os):
+        console.print(f"[yellow]fill in[/yellow]: {item}", soft_wrap=True)
+    console.print(f"next: edit {directory}/hosts.yml, then run: nodeforge check -i {directory}", soft_wrap=True)
 
 
 @main.group(name="lab")

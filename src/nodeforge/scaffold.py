@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,25 @@ def _yaml_value(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
 
 
-def _commented_vars(role: specs.RoleSpec, set_values: dict[str, Any]) -> list[str]:
+def _commented_vars(
+    role: specs.RoleSpec,
+    set_values: Mapping[str, Any],
+    why: Mapping[str, str] | None = None,
+    blocks: Mapping[str, list[str]] | None = None,
+) -> list[str]:
+    """A role's variables, each with its description: commented out with its default, or set (set_values, with the
+    reason from `why`), or a block of lines of its own (`blocks`: a placeholder to fill in)."""
+    why, blocks = why or {}, blocks or {}
     lines = [f"## {role.role}: {role.short_description}", f"## Reference: roles/{role.role}/README.md", ""]
     for name, var in role.options.items():
         for chunk in textwrap.wrap(var.description, 106) or [""]:
             lines.append(f"# {chunk}")
         if var.choices:
             lines.append(f"# choices: {', '.join(map(str, var.choices))}")
-        if name in set_values:
+        if name in blocks:
+            lines += blocks[name]
+        elif name in set_values:
+            lines += [f"# {chunk}" for chunk in textwrap.wrap(why[name], 106)] if name in why else []
             lines.append(f"{name}: {_yaml_value(set_values[name])}")
         else:
             lines.append(f"# {name}: {_yaml_value(var.default)}")
@@ -36,7 +48,89 @@ def _commented_vars(role: specs.RoleSpec, set_values: dict[str, Any]) -> list[st
     return lines
 
 
-def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> dict[str, str]:
+# The variable a vGPU guest's inventory must fill in, and why (init prints it; `nodeforge check` names the same one).
+GRID_VARIABLE = "nodeforge_manifest_overrides"
+GRID_WHY = "NVIDIA distributes the GRID guest driver through its Licensing Portal only"
+
+
+def _grid_formats(node_os: str) -> list[str]:
+    """The package formats the GRID placeholder asks for: the OS's, or both when the OS is not declared."""
+    if node_os.startswith(("rhel", "rocky")):
+        return ["rpm"]
+    return ["deb"] if node_os else ["deb", "rpm"]
+
+
+def _grid_placeholder(node_os: str) -> list[str]:
+    """nodeforge_manifest_overrides with the GRID guest driver's location left empty, every value to fill in marked.
+    Empty values are unset to `nodeforge check`, which refuses the vGPU guests until each one is filled in."""
+    example = {
+        "deb": ("http://mirror.example/nvidia-linux-grid-580_580.95.05_amd64.deb", "Debian, Ubuntu"),
+        "rpm": ("http://mirror.example/nvidia-linux-grid-580-580.95.05-1.x86_64.rpm", "RHEL, Rocky"),
+    }
+    note = (
+        f"FILL IN (vGPU guests): {GRID_WHY}, so nodeforge cannot download it. Put the package on a local HTTP mirror "
+        "and fill in every value marked FILL IN below: `nodeforge check` refuses these nodes while one is empty (see "
+        "docs/drivers.md, Sources)."
+    )
+    lines = [f"# {chunk}" for chunk in textwrap.wrap(note, 106)]
+    lines += [
+        f"{GRID_VARIABLE}:",
+        "  nvidia_driver:",
+        "    grid:",
+        '      version: ""  # FILL IN: the driver version, e.g. "580.95.05"',
+        '      package: ""  # FILL IN: the package name, e.g. nvidia-linux-grid-580',
+    ]
+    for fmt in _grid_formats(node_os):
+        url, oses = example[fmt]
+        lines += [
+            f"      {fmt}:  # the .{fmt} package ({oses})",
+            f'        url: ""  # FILL IN: where your mirror serves it, e.g. {url}',
+            '        checksum: ""  # FILL IN: sha256:<hex digest> (or sha512:) of the package you downloaded',
+        ]
+    return lines
+
+
+def todo(directory: Path, profile: str, node_os: str = "") -> list[str]:
+    """What the user must fill in before `nodeforge check` accepts the scaffolded inventory, one line each."""
+    data = content.profiles().get(profile) or {}
+    if not (data.get("gpu") or {}).get("vgpu"):
+        return []
+    fields = ", ".join(["version", "package"] + [f"{fmt}.url, {fmt}.checksum" for fmt in _grid_formats(node_os)])
+    return [
+        f"edit the GRID driver location in {directory / 'group_vars' / 'all.yml'} ({GRID_VARIABLE}: nvidia_driver.grid "
+        f"{fields}, marked FILL IN): {GRID_WHY}; `nodeforge check` refuses the nodes until it is filled in"
+    ]
+
+
+def _implied_settings(data: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the profile and the given settings imply for the inventory beyond them: values, and why (a comment
+    above each). The given settings win over what they imply."""
+    implied: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    if (data.get("defaults") or {}).get("ofed_mode") == "inbox":
+        implied["gpudirect_rdma_module"] = "none"
+        why["gpudirect_rdma_module"] = (
+            "Set by nodeforge init: this profile's RDMA stack is the distribution's rdma-core (ofed_mode inbox), whose "
+            "in-tree ib_core has no peer-memory API for nvidia-peermem (see docs/ofed.md)."
+        )
+    if settings.get("nodeforge_k8s_distribution") == "openshift":
+        implied["nvidia_container_toolkit_runtimes"] = ["crio"]
+        why["nvidia_container_toolkit_runtimes"] = (
+            "Set by nodeforge init: OpenShift's nodes run CRI-O (nodeforge_k8s_distribution openshift)."
+        )
+    return {k: v for k, v in implied.items() if k not in settings}, {k: v for k, v in why.items() if k not in settings}
+
+
+def render(
+    profile: str,
+    nodes: int,
+    host_prefix: str = "gpu-node",
+    node_os: str = "",
+    settings: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
+    """The inventory's files by relative path. settings: variables to set beyond the profile and the OS (name ->
+    value, in all.yml or gpu_nodes.yml by the role that declares them); None means the sample's own settings
+    (SAMPLE_SETTINGS) when profile, host prefix and OS are a sample's (SAMPLES), else none."""
     profiles = content.profiles()
     if profile not in profiles:
         raise ScaffoldError(f"unknown profile {profile!r}; known profiles: {', '.join(profiles)}")
@@ -48,6 +142,11 @@ def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str
         raise ScaffoldError(f"unknown OS {node_os!r}; expected one of {', '.join(c for c in os_choices if c)}")
     if nodes > 200:
         raise ScaffoldError(f"--nodes {nodes}: at most 200 (the scaffold uses documentation addresses 192.0.2.11-210)")
+    if settings is None:
+        settings = sample_settings(profile, host_prefix, node_os)
+    unknown = sorted(set(settings) - set(specs.all_vars()))
+    if unknown:
+        raise ScaffoldError(f"unknown variable(s) {', '.join(unknown)}: not in any role's argument specs")
     hosts = {f"{host_prefix}-{i:02d}": {"ansible_host": f"192.0.2.{10 + i}"} for i in range(1, nodes + 1)}
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": {}}}}}
     files = {
@@ -60,34 +159,25 @@ def render(profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str
     }
     role_specs = specs.role_specs()
     header = "---\n# Every tunable is listed, commented out with its default; uncomment what you change.\n\n"
-    set_values = {"nodeforge_profile": profile, **({"nodeforge_os": node_os} if node_os else {})}
-    all_lines = _commented_vars(role_specs[GLOBAL_ROLE], set_values)
-    if data.get("gpu", {}).get("vgpu"):
-        all_lines += GRID_NOTE
+    implied, why = _implied_settings(data, settings)
+    set_values = {
+        "nodeforge_profile": profile,
+        **({"nodeforge_os": node_os} if node_os else {}),
+        **implied,
+        **settings,
+    }
+    blocks = {GRID_VARIABLE: _grid_placeholder(node_os)} if (data.get("gpu") or {}).get("vgpu") else {}
+    all_lines = _commented_vars(role_specs[GLOBAL_ROLE], set_values, why, blocks)
     files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
     worker_lines: list[str] = []
     for name, role in role_specs.items():
         if name != GLOBAL_ROLE:
-            worker_lines += _commented_vars(role, {})
+            worker_lines += _commented_vars(role, set_values, why)
     files["group_vars/gpu_nodes.yml"] = (
         header + ("\n".join(worker_lines).rstrip() or "# (no component role yet)") + "\n"
     )
     return files
 
-
-# vGPU guest profiles: the driver cannot come from a public URL, and check refuses the nodes until it is named.
-GRID_NOTE = [
-    "## vGPU guests: NVIDIA ships the GRID guest driver only through its Licensing Portal. Put the package on a",
-    "## local HTTP mirror and name it here (`nodeforge check` refuses these nodes until you do):",
-    "# nodeforge_manifest_overrides:",
-    "#   nvidia_driver:",
-    "#     grid:",
-    '#       version: "580.95.05"',
-    "#       package: nvidia-linux-grid-580",
-    '#       deb: {url: "http://mirror.example/nvidia-linux-grid-580_580.95.05_amd64.deb", checksum: "sha256:..."}',
-    '#       rpm: {url: "http://mirror.example/nvidia-linux-grid-580-580.95.05-1.x86_64.rpm", checksum: "sha256:..."}',
-    "",
-]
 
 # The sample inventories under inventories/ (the lab's is hand-written): name -> (profile, host prefix, OS).
 SAMPLES = {
@@ -96,6 +186,25 @@ SAMPLES = {
     "vsphere-t4": ("vsphere-t4-vgpu", "vgpu-vm", "ubuntu22.04"),
     "dgx-h100-k8s": ("dgx-h100", "dgxh100", "ubuntu24.04"),
 }
+
+# What each sample sets beyond its profile and OS: the cluster it joins (the IBM Redbook's DGX-1 workers joined
+# OpenShift 4.4; OpenShift 4.20 runs Kubernetes 1.33). OpenShift implies CRI-O (_implied_settings).
+SAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
+    "dgx1-openshift": {"nodeforge_k8s_distribution": "openshift", "nodeforge_k8s_version": "1.33"},
+    "c4140-k8s": {"nodeforge_k8s_distribution": "kubernetes"},
+    "vsphere-t4": {"nodeforge_k8s_distribution": "kubernetes"},
+    "dgx-h100-k8s": {"nodeforge_k8s_distribution": "kubernetes"},
+}
+
+
+def sample_settings(profile: str, host_prefix: str, node_os: str) -> dict[str, Any]:
+    """The settings of the sample whose profile, host prefix and OS these are ({} for any other inventory): the
+    generator of inventories/ (docgen) renders each sample from those three, so `nodeforge init` with a sample's
+    three writes that sample."""
+    for name, sample in SAMPLES.items():
+        if sample == (profile, host_prefix, node_os):
+            return dict(SAMPLE_SETTINGS.get(name, {}))
+    return {}
 
 
 def write(directory: Path, profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> list[Path]:
