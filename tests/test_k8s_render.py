@@ -46,8 +46,17 @@ def upstream_url():
     server.shutdown()
 
 
-def control_overrides(tmp_path: Path, url: str, checksum: str | None = None) -> Path:
-    """An inventory file the sample is read with: the k8s_control host downloads the release from loopback."""
+# The vGPU sample's GRID placeholder, filled in as its operator would (tests/test_samples.py fills the file itself).
+GRID = {
+    "version": "580.95.05",
+    "package": "nvidia-linux-grid-580",
+    "deb": {"url": "http://mirror.example/nvidia-linux-grid-580_580.95.05_amd64.deb", "checksum": "sha256:" + "a" * 64},
+}
+
+
+def control_overrides(tmp_path: Path, url: str, checksum: str | None = None, sample: str = "") -> Path:
+    """An inventory file the sample is read with: the k8s_control host downloads the release from loopback (and the
+    vGPU guests name their GRID package)."""
     pin = {"url": f"{url}/{MPI_OPERATOR}"}
     if checksum:
         pin["checksum"] = checksum
@@ -57,11 +66,25 @@ def control_overrides(tmp_path: Path, url: str, checksum: str | None = None) -> 
             {
                 "k8s_control": {
                     "hosts": {"localhost": {"nodeforge_manifest_overrides": {"kubernetes": {"mpi_operator": pin}}}}
-                }
+                },
+                # Host vars: an inventory file's group vars rank below the sample's group_vars/all.yml.
+                "gpu_nodes": {
+                    "hosts": {
+                        host: {"nodeforge_manifest_overrides": {"nvidia_driver": {"grid": GRID}}}
+                        for host in _workers(sample)
+                    }
+                },
             }
         )
     )
     return path
+
+
+def _workers(sample: str) -> list[str]:
+    if not sample:
+        return []
+    hosts = yaml.safe_load((REPO / "inventories" / sample / "hosts.yml").read_text())
+    return list(hosts["all"]["children"]["gpu_nodes"]["hosts"])
 
 
 def nodeforge(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -77,7 +100,15 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
     out = tmp_path / "out"
     inventory = str(REPO / "inventories" / sample)
     run = nodeforge(
-        "k8s", "render", "-i", inventory, "-i", str(control_overrides(tmp_path, upstream_url)), "-o", str(out), "--json"
+        "k8s",
+        "render",
+        "-i",
+        inventory,
+        "-i",
+        str(control_overrides(tmp_path, upstream_url, sample=sample)),
+        "-o",
+        str(out),
+        "--json",
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     files = read_rendered(out)
@@ -138,7 +169,9 @@ def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_ur
         "--json",
     )
     assert run.returncode != 0
-    [failure] = json.loads(run.stdout)["failures"]
+    download, failure = json.loads(run.stdout)["failures"]
+    assert download["task"].endswith("Download the MPI Operator release manifest")
+    assert "did not match" in download["message"]
     assert failure["task"].endswith("Refuse the MPI Operator release that did not verify")
     assert f"{upstream_url}/{MPI_OPERATOR} was not used" in failure["message"]
     assert f"pins kubernetes.mpi_operator.checksum {wrong}" in failure["message"]

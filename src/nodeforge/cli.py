@@ -145,13 +145,22 @@ def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> dict[
     sys.exit(EXIT_ERROR)
 
 
-def run_verb(verb: str, inputs: Inputs, json_mode: bool, **kw: Any) -> int:
-    spec = VERBS[verb]
+def run_verb(
+    verb: str,
+    inputs: Inputs,
+    json_mode: bool,
+    spec: Verb | None = None,
+    extravars: dict[str, Any] | None = None,
+    **kw: Any,
+) -> int:
+    """Check the inventory, then run the verb's playbook; `extravars` are the CLI's own (e.g. where render writes),
+    set over the operator's -e values."""
+    spec = spec or VERBS[verb]
     console = _console(json_mode)
-    extravars = validate_or_exit(console, inputs, json_mode)
+    checked = validate_or_exit(console, inputs, json_mode)
     opts = RunOptions(
         inventory=list(inputs.inventory),
-        extravars=extravars,
+        extravars={**checked, **(extravars or {})},
         vault=inputs.vault_cmdline(),
         check=kw.pop("check", False) or spec.check,
         diff=kw.pop("diff", False) or spec.diff,
@@ -334,6 +343,11 @@ def lab_status(name: str) -> None:
     for node in found:
         console.print(f"{node.name}  {node.state}")
     console.print(f"inventory: {lab.inventory_path(name)}", soft_wrap=True)
+
+
+from nodeforge import k8s  # noqa: E402  (the k8s group registers itself on main)
+
+k8s.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -56,9 +56,11 @@ def render_inventory_reference() -> str:
         "this schema (with Ansible's ArgumentSpecValidator), plus the cross-variable rules of the nodeforge.gpu",
         "collection (`plugins/module_utils/rules.py`), before any node is touched.",
         "",
-        "Groups: `gpu_nodes` (the workers; every host needs `nodeforge_profile`), `k8s_control` (where kubeconfig",
-        "works), optional `scale_clients`. Variables with a cross-role meaning use the `nodeforge_` prefix; role",
-        "variables use the role name as prefix.",
+        "Groups: `gpu_nodes` (the workers; every host needs `nodeforge_profile`), `k8s_control` (where the",
+        "kubeconfig works: `nodeforge k8s` runs on its first host and reads the cluster settings there). A",
+        "`scale_clients` group is planned. Variables with a cross-role meaning use the `nodeforge_` prefix; role",
+        "variables use the role name as prefix. The `k8s_*` roles' variables are cluster settings: set them where",
+        "the k8s_control host reads them (group_vars/all.yml).",
         "",
         "## Hardware profiles",
         "",
@@ -113,6 +115,6 @@ def outputs(repo: Path) -> dict[Path, str]:
     result[repo / "docs" / "inventory-reference.md"] = render_inventory_reference()
     result[repo / "docs" / "cli-reference.md"] = render_cli_reference(main)
     for name, (profile, prefix, node_os) in scaffold.SAMPLES.items():
-        for rel, text in scaffold.render(profile, 2, prefix, node_os).items():
+        for rel, text in scaffold.render(profile, 2, prefix, node_os, scaffold.SAMPLE_SETTINGS[name]).items():
             result[repo / "inventories" / name / rel] = text
     return result

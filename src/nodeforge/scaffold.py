@@ -12,6 +12,7 @@ import yaml
 from nodeforge import content, specs
 
 GLOBAL_ROLE = "nodeforge"
+CLUSTER_ROLE_PREFIX = "k8s_"
 
 
 class ScaffoldError(RuntimeError):
@@ -129,8 +130,7 @@ def render(
     settings: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
     """The inventory's files by relative path. settings: variables to set beyond the profile and the OS (name ->
-    value, in all.yml or gpu_nodes.yml by the role that declares them); None means the sample's own settings
-    (SAMPLE_SETTINGS) when profile, host prefix and OS are a sample's (SAMPLES), else none."""
+    value, in all.yml or gpu_nodes.yml by the role that declares them)."""
     profiles = content.profiles()
     if profile not in profiles:
         raise ScaffoldError(f"unknown profile {profile!r}; known profiles: {', '.join(profiles)}")
@@ -142,13 +142,17 @@ def render(
         raise ScaffoldError(f"unknown OS {node_os!r}; expected one of {', '.join(c for c in os_choices if c)}")
     if nodes > 200:
         raise ScaffoldError(f"--nodes {nodes}: at most 200 (the scaffold uses documentation addresses 192.0.2.11-210)")
-    if settings is None:
-        settings = sample_settings(profile, host_prefix, node_os)
+    settings = settings or {}
     unknown = sorted(set(settings) - set(specs.all_vars()))
     if unknown:
         raise ScaffoldError(f"unknown variable(s) {', '.join(unknown)}: not in any role's argument specs")
     hosts = {f"{host_prefix}-{i:02d}": {"ansible_host": f"192.0.2.{10 + i}"} for i in range(1, nodes + 1)}
-    inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": {}}}}}
+    # nodeforge k8s runs on the first k8s_control host, where the kubeconfig works: this machine, through the
+    # interpreter nodeforge runs with (it has the kubernetes client).
+    control = {
+        "localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    }
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": control}}}}
     files = {
         "hosts.yml": (
             f"# nodeforge inventory for profile {profile}: {data['description']}\n"
@@ -168,10 +172,14 @@ def render(
     }
     blocks = {GRID_VARIABLE: _grid_placeholder(node_os)} if (data.get("gpu") or {}).get("vgpu") else {}
     all_lines = _commented_vars(role_specs[GLOBAL_ROLE], set_values, why, blocks)
+    # The cluster layer's settings: read on the k8s_control host, so in all.yml, not gpu_nodes.yml.
+    for name, role in role_specs.items():
+        if name.startswith(CLUSTER_ROLE_PREFIX):
+            all_lines += _commented_vars(role, set_values, why)
     files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
     worker_lines: list[str] = []
     for name, role in role_specs.items():
-        if name != GLOBAL_ROLE:
+        if name != GLOBAL_ROLE and not name.startswith(CLUSTER_ROLE_PREFIX):
             worker_lines += _commented_vars(role, set_values, why)
     files["group_vars/gpu_nodes.yml"] = (
         header + ("\n".join(worker_lines).rstrip() or "# (no component role yet)") + "\n"
@@ -190,21 +198,15 @@ SAMPLES = {
 # What each sample sets beyond its profile and OS: the cluster it joins (the IBM Redbook's DGX-1 workers joined
 # OpenShift 4.4; OpenShift 4.20 runs Kubernetes 1.33). OpenShift implies CRI-O (_implied_settings).
 SAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
-    "dgx1-openshift": {"nodeforge_k8s_distribution": "openshift", "nodeforge_k8s_version": "1.33"},
-    "c4140-k8s": {"nodeforge_k8s_distribution": "kubernetes"},
+    "dgx1-openshift": {
+        "nodeforge_k8s_distribution": "openshift",
+        "nodeforge_k8s_version": "1.33",
+        "k8s_mpi_operator_tenants": ["ml-team"],
+    },
+    "c4140-k8s": {"nodeforge_k8s_distribution": "kubernetes", "k8s_mpi_operator_tenants": ["ml-team"]},
     "vsphere-t4": {"nodeforge_k8s_distribution": "kubernetes"},
-    "dgx-h100-k8s": {"nodeforge_k8s_distribution": "kubernetes"},
+    "dgx-h100-k8s": {"nodeforge_k8s_distribution": "kubernetes", "k8s_mpi_operator_tenants": ["ml-team"]},
 }
-
-
-def sample_settings(profile: str, host_prefix: str, node_os: str) -> dict[str, Any]:
-    """The settings of the sample whose profile, host prefix and OS these are ({} for any other inventory): the
-    generator of inventories/ (docgen) renders each sample from those three, so `nodeforge init` with a sample's
-    three writes that sample."""
-    for name, sample in SAMPLES.items():
-        if sample == (profile, host_prefix, node_os):
-            return dict(SAMPLE_SETTINGS.get(name, {}))
-    return {}
 
 
 def write(directory: Path, profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> list[Path]:
