@@ -91,6 +91,15 @@ def nodeforge(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([NODEFORGE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+def k8s(verb: str, tmp_path: Path, url: str, sample: str, *extra: str, checksum: str | None = None):
+    """`nodeforge k8s VERB --json` on a sample, read together with control_overrides (and -o tmp_path/out for
+    render)."""
+    overrides = control_overrides(tmp_path, url, checksum, sample)
+    output = ["-o", str(tmp_path / "out")] if verb == "render" else []
+    inventory = str(REPO / "inventories" / sample)
+    return nodeforge("k8s", verb, "-i", inventory, "-i", str(overrides), *output, "--json", *extra)
+
+
 def read_rendered(directory: Path) -> dict[str, dict]:
     return {path.name: yaml.safe_load(path.read_text()) for path in sorted(directory.glob("*.yaml"))}
 
@@ -98,18 +107,7 @@ def read_rendered(directory: Path) -> dict[str, dict]:
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sample):
     out = tmp_path / "out"
-    inventory = str(REPO / "inventories" / sample)
-    run = nodeforge(
-        "k8s",
-        "render",
-        "-i",
-        inventory,
-        "-i",
-        str(control_overrides(tmp_path, upstream_url, sample=sample)),
-        "-o",
-        str(out),
-        "--json",
-    )
+    run = k8s("render", tmp_path, upstream_url, sample)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     files = read_rendered(out)
     kustomization = files.pop("kustomization.yaml")
@@ -134,21 +132,10 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
 
 def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):
     out = tmp_path / "out"
-    args = [
-        "k8s",
-        "render",
-        "-i",
-        str(REPO / "inventories" / "dgx1-openshift"),
-        "-i",
-        str(control_overrides(tmp_path, upstream_url)),
-        "-o",
-        str(out),
-        "--json",
-    ]
-    first = nodeforge(*args)
+    first = k8s("render", tmp_path, upstream_url, "dgx1-openshift")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()}
-    second = nodeforge(*args)
+    second = k8s("render", tmp_path, upstream_url, "dgx1-openshift")
     assert second.returncode == 0
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.iterdir()} == digest
     assert "changed: 0, removed: 0" in second.stdout
@@ -157,17 +144,7 @@ def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):
 def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_url):
     out = tmp_path / "out"
     wrong = "sha256:" + hashlib.sha256(b"not the release").hexdigest()
-    run = nodeforge(
-        "k8s",
-        "render",
-        "-i",
-        str(REPO / "inventories" / "c4140-k8s"),
-        "-i",
-        str(control_overrides(tmp_path, upstream_url, wrong)),
-        "-o",
-        str(out),
-        "--json",
-    )
+    run = k8s("render", tmp_path, upstream_url, "c4140-k8s", checksum=wrong)
     assert run.returncode != 0
     download, failure = json.loads(run.stdout)["failures"]
     assert download["task"].endswith("Download the MPI Operator release manifest")
@@ -180,19 +157,7 @@ def test_a_release_manifest_with_another_sha256_is_refused(tmp_path, upstream_ur
 
 def test_an_invalid_object_is_named_and_nothing_is_written(tmp_path, upstream_url):
     out = tmp_path / "out"
-    run = nodeforge(
-        "k8s",
-        "render",
-        "-i",
-        str(REPO / "inventories" / "c4140-k8s"),
-        "-i",
-        str(control_overrides(tmp_path, upstream_url)),
-        "-o",
-        str(out),
-        "--json",
-        "-e",
-        '{"k8s_node_labels_extra": {"team": "ml team!"}}',
-    )
+    run = k8s("render", tmp_path, upstream_url, "c4140-k8s", "-e", '{"k8s_node_labels_extra": {"team": "ml team!"}}')
     assert run.returncode != 0
     [failure] = json.loads(run.stdout)["failures"]
     assert "problem(s) in the rendered objects (validated against Kubernetes 1.33" in failure["message"]
@@ -219,17 +184,7 @@ def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_p
             }
         )
     )
-    run = nodeforge(
-        "k8s",
-        "apply",
-        "-i",
-        str(REPO / "inventories" / "c4140-k8s"),
-        "-i",
-        str(control_overrides(tmp_path, upstream_url)),
-        "-e",
-        f"k8s_cluster_kubeconfig={kubeconfig}",
-        "--json",
-    )
+    run = k8s("apply", tmp_path, upstream_url, "c4140-k8s", "-e", f"k8s_cluster_kubeconfig={kubeconfig}")
     assert run.returncode != 0
     result = json.loads(run.stdout)
     [failure] = result["failures"]
