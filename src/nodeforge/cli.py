@@ -73,8 +73,10 @@ class Inputs:
     vault_ids: tuple[str, ...] = ()
     vault_password_files: tuple[str, ...] = ()
     ask_vault_pass: bool = False
-    # What the check reports without refusing (a verification turned off); read() fills it.
+    # What the check reports without refusing (a verification turned off), and the inventory as Ansible read it:
+    # read() fills them.
     warnings: list[checks.Problem] = field(default_factory=list)
+    view: Any = None
 
     def __post_init__(self) -> None:
         if self.ask_vault_pass:
@@ -96,6 +98,7 @@ class Inputs:
         except checks.CheckInputError as exc:
             raise click.BadParameter(str(exc)) from exc
         problems, self.warnings = inventory_check.check_with_warnings(view)
+        self.view = view
         return problems, checks.plain(view.variable_manager.extra_vars)
 
     def read_or_exit(self, json_mode: bool) -> tuple[list[checks.Problem], dict[str, Any]]:

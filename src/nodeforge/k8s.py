@@ -146,9 +146,9 @@ def _inventory_and_vars(func: Any) -> Any:
 
 
 def _cluster(inputs: cli.Inputs) -> k8s_objects.Cluster:
-    """The Cluster as Ansible reads the inventory: the first k8s_control host's variables (else the first GPU
+    """The Cluster as Ansible read the inventory: the first k8s_control host's variables (else the first GPU
     node's: group_vars/all reach both) and every GPU node's."""
-    view = checks.load(list(inputs.inventory), inputs.extra_vars, inputs.vault_ids, inputs.vault_password_files)
+    view = inputs.view  # read by the check that ran first (cli.validate_or_exit)
     workers = view.hosts_of(model.WORKER_GROUP)
     control = (view.hosts_of("k8s_control") or workers)[:1]
     control_vars = checks.plain(view.host_variables(control[0])[0]) if control else {}
