@@ -66,7 +66,7 @@ class ActionModule(ActionBase):
         args = self._task.args
         component = args.get("component")
         files = args.get("files") or {}
-        names = [name for name, spec in model.all_vars().items() if name.startswith(("k8s_", "nodeforge_k8s_"))]
+        names = [name for name in model.all_vars() if name.startswith(("k8s_", "nodeforge_k8s_"))]
         names.append("nodeforge_manifest_overrides")
         control = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
         hostvars = task_vars.get("hostvars", {})

@@ -82,9 +82,10 @@ class ActionModule(ActionBase):
                 f"{len(problems)} problem(s) in the rendered objects (validated against Kubernetes {version} and the "
                 f"CRDs {', '.join(crds.kinds())}); nothing was written or applied:\n{lines}"
             )
-        result.update(changed=False, objects=ordered(objects), count=len(objects))
+        in_order = ordered(objects)
+        result.update(changed=False, objects=in_order, count=len(objects))
         if dest:
-            result.update(self._write(os.path.expanduser(dest), ordered(objects)))
+            result.update(self._write(os.path.expanduser(dest), in_order))
         return result
 
     def _write(self, dest: str, objects: list[dict]) -> dict:
