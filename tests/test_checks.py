@@ -828,6 +828,45 @@ def test_reboot_policy_always_is_gone(tmp_path):
         ({"nodeforge_k8s_version": "1.20"}, "nodeforge_k8s_version: found '1.20'; expected a Kubernetes version"),
         ({"nodeforge_k8s_distribution": "rancher"}, "nodeforge_k8s_distribution: found 'rancher'"),
         ({"k8s_gpu_device_plugin_mig_strategy": "all"}, "k8s_gpu_device_plugin_mig_strategy: found 'all'"),
+        # GPU Operator mode (nvidia_driver_source operator) and the contradictions of its values.
+        (
+            {"nvidia_driver_source": "operator"},
+            "nvidia_driver_source: found operator with k8s_gpu_operator_enabled false; expected "
+            "k8s_gpu_operator_enabled: true",
+        ),
+        (
+            {"nvidia_driver_source": "operator", "k8s_gpu_operator_enabled": True, "nodeforge_os": "debian12"},
+            "nvidia_driver_source: found 'operator' on nodeforge_os debian12",
+        ),
+        (
+            {"k8s_gpu_operator_enabled": True, "k8s_gpu_operator_values": {"driver": {"enabled": True}}},
+            "k8s_gpu_operator_values: found driver.enabled: true, and this node has a host driver "
+            "(nvidia_driver_source cuda_repo)",
+        ),
+        (
+            {
+                "nvidia_driver_source": "operator",
+                "k8s_gpu_operator_enabled": True,
+                "k8s_gpu_operator_values": {"driver": {"enabled": False}},
+            },
+            "k8s_gpu_operator_values: found driver.enabled: false, and this node's nvidia_driver_source is operator",
+        ),
+        (
+            {"k8s_gpu_operator_enabled": True, "k8s_gpu_operator_values": {"toolkit": {"enabled": True}}},
+            "k8s_gpu_operator_values: found toolkit.enabled: true; expected false: nodeforge installs",
+        ),
+        (
+            {"k8s_gpu_operator_enabled": True, "k8s_gpu_operator_values": {"devicePlugin": {"enabled": True}}},
+            "k8s_gpu_operator_values: found devicePlugin.enabled: true with k8s_gpu_device_plugin_enabled true",
+        ),
+        (
+            {
+                "nvidia_driver_source": "operator",
+                "k8s_gpu_operator_enabled": True,
+                "nodeforge_profile": "vsphere-t4-vgpu",
+            },
+            "nvidia_driver_source: found operator on the vGPU guest profile vsphere-t4-vgpu",
+        ),
     ],
 )
 def test_cluster_settings_are_checked(tmp_path, group_vars, expected):
@@ -845,3 +884,16 @@ def test_cluster_settings_that_fit_pass(tmp_path):
         "k8s_mpi_operator_tenants": ["ml-team"],
     }
     assert messages(write_inventory(tmp_path, group_vars)) == []
+
+
+def test_gpu_operator_mode_that_fits_passes(tmp_path):
+    """Driver container nodes with the GPU Operator on, the site's registry in its values; nv_peer_mem refused."""
+    group_vars = {
+        "nvidia_driver_source": "operator",
+        "nodeforge_os": "ubuntu22.04",
+        "k8s_gpu_operator_enabled": True,
+        "k8s_gpu_operator_values": {"driver": {"repository": "registry.example.com/nvidia"}},
+    }
+    assert messages(write_inventory(tmp_path, group_vars)) == []
+    found = messages(write_inventory(tmp_path / "peer", {**group_vars, "gpudirect_rdma_module": "nv_peer_mem"}))
+    assert any("gpudirect_rdma_module: found nv_peer_mem with nvidia_driver_source operator" in p for p in found), found

@@ -25,7 +25,7 @@ options:
     description: The component.
     type: str
     required: true
-    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, pins]
+    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, pins]
   files:
     description: Paths on the controller of the upstream objects the component builds on (per component).
     type: dict
@@ -42,6 +42,10 @@ objects:
   returned: always
 pins:
   description: The version manifest's kubernetes section (nodeforge_manifest_overrides merged).
+  type: dict
+  returned: always
+values:
+  description: The GPU Operator's Helm values (component gpu_operator; empty otherwise).
   type: dict
   returned: always
 rdma_resources:
@@ -74,6 +78,7 @@ class ActionModule(ActionBase):
         for host in task_vars.get("groups", {}).get(model.WORKER_GROUP, []):
             variables = hostvars[host]
             nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
+        values: dict = {}
         try:
             cluster = k8s_objects.cluster_from(control, nodes)
             if component == "node_labels":
@@ -88,6 +93,8 @@ class ActionModule(ActionBase):
                 objects = k8s_objects.rdma_shared_device_plugin(cluster, daemonset, configmap)
             elif component == "pins":
                 objects = []
+            elif component == "gpu_operator":
+                objects, values = [], k8s_objects.gpu_operator_values(cluster)
             elif component == "mpi_operator":
                 objects = k8s_objects.mpi_operator(cluster, _read(files["release"]) if files.get("release") else [])
             else:
@@ -97,5 +104,11 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"{task_vars.get('inventory_hostname')}: {exc}") from exc
         except (KeyError, ValueError, OSError) as exc:
             raise AnsibleActionFail(f"{component}: cannot read its upstream objects: {exc}") from exc
-        result.update(changed=False, objects=objects, rdma_resources=resources, pins=cluster.manifest["kubernetes"])
+        result.update(
+            changed=False,
+            objects=objects,
+            values=values,
+            rdma_resources=resources,
+            pins=cluster.manifest["kubernetes"],
+        )
         return result

@@ -27,6 +27,7 @@ LABEL_PREFIX = "nodeforge.io/"
 GPU_PRESENT = "nvidia.com/gpu.present"
 RDMA_PRESENT = LABEL_PREFIX + "rdma"
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
+DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
 
 
 class K8sConfigError(ValueError):
@@ -92,10 +93,19 @@ K8S_ROLES = (
     "k8s_gpu_device_plugin",
     "k8s_rdma_shared_device_plugin",
     "k8s_mpi_operator",
+    "k8s_gpu_operator",
     "k8s_cluster",
 )
 # What the cluster layer reads of each GPU node's variables (the node roles' settings that change objects).
-NODE_VARIABLES = ("nodeforge_profile", "k8s_node_labels_node_name", "nvidia_container_toolkit_set_as_default")
+NODE_VARIABLES = (
+    "nodeforge_profile",
+    "k8s_node_labels_node_name",
+    "nvidia_container_toolkit_set_as_default",
+    "nvidia_driver_source",
+    "nvidia_driver_version",
+    "gpudirect_rdma_module",
+    "gpudirect_rdma_gdrcopy",
+)
 
 
 def plain(value: Any) -> Any:
@@ -164,6 +174,9 @@ def node_labels(cluster: Cluster) -> list[dict]:
         if node.hcas:
             labels[RDMA_PRESENT] = "true"
             labels[LABEL_PREFIX + "hca.count"] = str(len(node.hcas))
+        if driver_container_in_use(cluster) and not driver_container(node):
+            # The GPU Operator deploys its driver container on every GPU node but those labelled so.
+            labels[DEPLOY_DRIVER] = "false"
         labels.update(extra)
         objects.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": labels}})
     return objects
@@ -473,6 +486,102 @@ def mpi_operator(cluster: Cluster, release: list[Mapping[str, Any]]) -> list[dic
     if not cluster.get("k8s_mpi_operator_enabled"):
         return []
     return [copy.deepcopy(dict(obj)) for obj in release] + mpi_tenants(cluster)
+
+
+# ---- NVIDIA GPU Operator ---------------------------------------------------------------------------------------------
+def driver_container(node: Node) -> bool:
+    """Whether the GPU Operator's driver container provides the node's driver (nvidia_driver_source operator)."""
+    return node.variables.get("nvidia_driver_source") == "operator"
+
+
+def driver_container_in_use(cluster: Cluster) -> bool:
+    return bool(cluster.get("k8s_gpu_operator_enabled")) and any(driver_container(n) for n in cluster.nodes)
+
+
+def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device_plugin: bool) -> list[tuple[str, str]]:
+    """What the site's own GPU Operator values (k8s_gpu_operator_values) contradict of what nodeforge installs on a
+    node (its nvidia_driver_source; the toolkit, always; nodeforge's device plugin when enabled): (found, expected)
+    pairs, for nodeforge check and for the values builder alike."""
+    conflicts = []
+    driver = (values.get("driver") or {}).get("enabled") if isinstance(values.get("driver"), Mapping) else None
+    if driver is False and driver_source == "operator":
+        conflicts.append(
+            (
+                "driver.enabled: false, and this node's nvidia_driver_source is operator",
+                "driver.enabled left to nodeforge (true while a node's driver comes from the driver container): "
+                "with it off, nothing would install this node's driver",
+            )
+        )
+    if driver is True and driver_source != "operator":
+        conflicts.append(
+            (
+                f"driver.enabled: true, and this node has a host driver (nvidia_driver_source {driver_source})",
+                "driver.enabled left to nodeforge: it enables the driver container only where nvidia_driver_source "
+                f"is operator and labels host-driver nodes {DEPLOY_DRIVER}=false",
+            )
+        )
+    toolkit = values.get("toolkit") if isinstance(values.get("toolkit"), Mapping) else {}
+    if toolkit.get("enabled") is True:
+        conflicts.append(
+            (
+                "toolkit.enabled: true",
+                "false: nodeforge installs the NVIDIA Container Toolkit on every GPU node (role "
+                "nvidia_container_toolkit), and a second one would reconfigure the container runtime",
+            )
+        )
+    plugin = values.get("devicePlugin") if isinstance(values.get("devicePlugin"), Mapping) else {}
+    if plugin.get("enabled") is True and device_plugin:
+        conflicts.append(
+            (
+                "devicePlugin.enabled: true with k8s_gpu_device_plugin_enabled true",
+                "one device plugin for nvidia.com/gpu: devicePlugin.enabled false, or k8s_gpu_device_plugin_enabled "
+                "false",
+            )
+        )
+    return conflicts
+
+
+def gpu_operator_values(cluster: Cluster) -> dict:
+    """Helm values of NVIDIA's gpu-operator chart (the manifest's version) for what nodeforge installed on the
+    hosts: the driver container only for nodes whose nvidia_driver_source is operator (host-driver nodes carry
+    nvidia.com/gpu.deploy.driver=false, see node_labels), with nvidia-peermem (driver.rdma) and GDRCopy where the
+    nodes want them and the host's RDMA stack (useHostMofed: nodeforge's ofed role installs it on every GPU node);
+    never the toolkit (nodeforge's role installs it, its root pointed at the driver container's); the device
+    plugin only when nodeforge's own is off. k8s_gpu_operator_values is merged over that (e.g. a private registry),
+    and refused where it contradicts it. Empty when the GPU Operator is not used."""
+    if not cluster.get("k8s_gpu_operator_enabled"):
+        return {}
+    own = plain(cluster.get("k8s_gpu_operator_values") or {})
+    device_plugin = bool(cluster.get("k8s_gpu_device_plugin_enabled"))
+    problems = []
+    for node in sorted(cluster.nodes, key=lambda n: n.name):
+        source = str(node.variables.get("nvidia_driver_source") or "") or "unset: cuda_repo, or grid on vGPU guests"
+        problems += [f"{found} (node {node.name})" for found, _ in gpu_operator_conflicts(own, source, device_plugin)]
+    if problems:
+        raise K8sConfigError(
+            "k8s_gpu_operator_values contradicts what nodeforge installs on the nodes: " + "; ".join(problems)
+        )
+    on_container = [n for n in cluster.nodes if driver_container(n)]
+    driver: dict[str, Any] = {"enabled": bool(on_container)}
+    if on_container:
+        versions = sorted({str(n.variables.get("nvidia_driver_version") or "") for n in on_container} - {""})
+        if len(versions) > 1:
+            raise K8sConfigError(
+                "nodes whose nvidia_driver_source is operator ask for different nvidia_driver_version values "
+                f"({', '.join(versions)}); the GPU Operator's driver.version is one version for all of them"
+            )
+        if versions:
+            driver["version"] = versions[0]
+        peermem = any(n.variables.get("gpudirect_rdma_module") == "nvidia-peermem" for n in on_container)
+        driver["rdma"] = {"enabled": peermem, "useHostMofed": peermem}
+    values: dict[str, Any] = {
+        "driver": driver,
+        "toolkit": {"enabled": False},
+        "devicePlugin": {"enabled": not device_plugin},
+        "mig": {"strategy": cluster.get("k8s_gpu_device_plugin_mig_strategy")},
+        "gdrcopy": {"enabled": any(bool(n.variables.get("gpudirect_rdma_gdrcopy")) for n in on_container)},
+    }
+    return model.deep_merge(values, own) if own else values
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------------

@@ -9,10 +9,11 @@ so AWX and plain ansible-playbook runs all evaluate these same functions on each
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, is_empty, table
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
+from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, as_bool, is_empty, table
 
 PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
 LAST_BRANCH_PRE_TURING = 580
@@ -240,6 +241,49 @@ def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
             "nvidia_driver.grid.{version, package, deb|rpm: {url, checksum}} naming your local copy of the "
             "Licensing Portal package (nodeforge_manifest_overrides)",
         )
+
+
+@rule
+def driver_container_has_its_operator(ctx: HostModel) -> Iterator[Violation]:
+    """nvidia_driver_source operator leaves the driver to the GPU Operator's driver container: the cluster must use
+    the GPU Operator, the node must not need a host-only driver (vGPU GRID, nv_peer_mem), and the site's own chart
+    values must not contradict what nodeforge installs (k8s_objects.gpu_operator_conflicts, also enforced by render)."""
+    source = ctx.driver_source()
+    enabled = ctx.get("k8s_gpu_operator_enabled")
+    on = enabled is not None and as_bool(enabled.value)
+    if source.value == "operator":
+        if not on:
+            yield Violation(
+                source.origin,
+                "nvidia_driver_source",
+                "operator with k8s_gpu_operator_enabled false"
+                + (f" (from {enabled.origin})" if enabled is not None and enabled.explicit else ""),
+                "k8s_gpu_operator_enabled: true (the GPU Operator's driver container installs this node's driver; "
+                "without it nothing would), or a host driver source (cuda_repo, distro, grid)",
+            )
+        if ctx.vgpu:
+            yield Violation(
+                source.origin,
+                "nvidia_driver_source",
+                f"operator on the vGPU guest profile {ctx.profile_name}",
+                "grid: nodeforge installs the licensed vGPU guest driver on the host",
+            )
+        module = ctx.get("gpudirect_rdma_module")
+        if module is not None and module.value == "nv_peer_mem":
+            yield Violation(
+                module.origin,
+                "gpudirect_rdma_module",
+                "nv_peer_mem with nvidia_driver_source operator",
+                "nvidia-peermem (the GPU Operator's driver container loads it) or none",
+            )
+    own = ctx.get("k8s_gpu_operator_values")
+    if not on or own is None or not isinstance(own.value, Mapping):
+        return
+    plugin = ctx.get("k8s_gpu_device_plugin_enabled")
+    for found, expected in k8s_objects.gpu_operator_conflicts(
+        own.value, str(source.value), plugin is None or as_bool(plugin.value)
+    ):
+        yield Violation(own.origin, "k8s_gpu_operator_values", found, expected)
 
 
 VALIDATE_CERTS = (

@@ -184,7 +184,17 @@ def gpudirect_rdma(m: HostModel, node: Mapping[str, Any]) -> dict:
         "__gpudirect_rdma_kernels": kernels,
         "__gpudirect_rdma_kernels_from": kernels_from,
         "__gpudirect_rdma_min_branch": int(table(m.manifest, "gpudirect_rdma").get("nvidia_peermem_min_branch") or 0),
+        "__gpudirect_rdma_driver_container": driver_container(m),
     }
+
+
+def driver_container(m: HostModel) -> bool:
+    """Whether the GPU Operator's driver container provides this node's driver (nvidia_driver_source operator): what
+    the nvidia_driver role found when it ran, else the configuration."""
+    facts = m.variables.get("nvidia_driver_facts")
+    if isinstance(facts, Mapping) and "driver_container" in facts:
+        return as_bool(facts["driver_container"])
+    return m.driver_source().value == "operator"
 
 
 def nvidia_container_toolkit(m: HostModel, node: Mapping[str, Any]) -> dict:
@@ -210,6 +220,7 @@ def nvidia_container_toolkit(m: HostModel, node: Mapping[str, Any]) -> dict:
         else "",
         "__nvidia_container_toolkit_hooks": "podman" in runtimes
         or ("crio" in runtimes and v.get("nvidia_container_toolkit_crio_mode") == "hooks"),
+        "__nvidia_container_toolkit_driver_container": driver_container(m),
     }
 
 
