@@ -4,10 +4,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
 import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate, model
 
@@ -20,8 +26,10 @@ description:
     the collection) - and fails naming every object, field and expectation before anything is written or applied.
   - Returns the objects in dependency order (namespaces and CRDs first, workloads last).
   - With I(dest), writes one file per object and a kustomization.yaml listing them, on the controller; files whose
-    content did not change are not rewritten, files of objects no longer rendered are removed. Secrets are never
-    written.
+    content did not change are not rewritten, files of objects no longer rendered are removed. Secrets are written
+    only with I(include_secrets), mode 0600.
+  - When the objects hold a Secret, the result is not logged (it carries the Secret's data, which apply needs), and
+    the Secrets' values are masked in any problem reported.
 author: nodeforge
 options:
   objects:
@@ -36,6 +44,16 @@ options:
     description: Directory to write the objects into (on the controller); empty to only validate and order.
     type: path
     default: ""
+  include_secrets:
+    description: Also write the Secrets (files of mode 0600, listed in kustomization.yaml); by default they are not.
+    type: bool
+    default: false
+  files:
+    description:
+      - Other files to write with the objects (file name ending in .yaml -> data, dumped as YAML after the render
+        marker), e.g. Helm values; written and removed like the objects' files, not listed in kustomization.yaml.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -53,6 +71,7 @@ ORDER = [
     "SecurityContextConstraints",
     "RuntimeClass",
     "ConfigMap",
+    "Secret",
     "Node",
 ]
 MARKER = "# Rendered by nodeforge k8s render: do not edit (render again).\n"
@@ -72,12 +91,15 @@ class ActionModule(ActionBase):
         objects = k8s_objects.plain(list(self._task.args.get("objects") or []))
         version = str(self._task.args.get("k8s_version") or model.all_vars()["nodeforge_k8s_version"].default)
         dest = self._task.args.get("dest") or ""
+        extra = k8s_objects.plain(dict(self._task.args.get("files") or {}))
+        include_secrets = boolean(self._task.args.get("include_secrets", False), strict=False)
+        secret_values = _secret_values(objects)
         # The CRDs among the objects (the verified release manifest's) first, then those shipped with the collection.
         rendered = k8s_validate.CrdSchemas([obj for obj in objects if obj.get("kind") == "CustomResourceDefinition"])
         crds = k8s_validate.CrdSchemas.merged(rendered, k8s_validate.shipped_crds())
         problems = k8s_validate.validate(objects, version, crds)
         if problems:
-            lines = "\n".join(f"  - {p}" for p in problems)
+            lines = "\n".join(f"  - {_masked(str(p), secret_values)}" for p in problems)
             raise AnsibleActionFail(
                 f"{len(problems)} problem(s) in the rendered objects (validated against Kubernetes {version} and the "
                 f"CRDs {', '.join(crds.kinds())}); nothing was written or applied:\n{lines}"
@@ -85,15 +107,26 @@ class ActionModule(ActionBase):
         in_order = ordered(objects)
         result.update(changed=False, objects=in_order, count=len(objects))
         if dest:
-            result.update(self._write(os.path.expanduser(dest), in_order))
+            result.update(self._write(os.path.expanduser(dest), in_order, extra, include_secrets))
+        if any(obj.get("kind") == "Secret" for obj in objects):
+            # The objects go on to apply with the Secrets' data: the result must not reach a log, a callback's output
+            # (-v) or ansible-runner's artifacts. The caller's registered variable keeps it.
+            result["_ansible_no_log"] = True
         return result
 
-    def _write(self, dest: str, objects: list[dict]) -> dict:
-        written = [obj for obj in objects if obj.get("kind") != "Secret"]
+    def _write(self, dest: str, objects: list[dict], extra: dict, include_secrets: bool) -> dict:
+        written = [obj for obj in objects if include_secrets or obj.get("kind") != "Secret"]
         files = {k8s_objects.file_name(obj): MARKER + k8s_objects.dump(obj) for obj in written}
-        files["kustomization.yaml"] = MARKER + k8s_objects.kustomization(
-            sorted(n for n in files if n != "kustomization.yaml")
-        )
+        private = {k8s_objects.file_name(obj) for obj in written if obj.get("kind") == "Secret"}
+        resources = sorted(files)
+        files["kustomization.yaml"] = MARKER + k8s_objects.kustomization(resources)
+        for name, data in sorted(extra.items()):
+            if not _EXTRA_NAME.fullmatch(str(name)) or name in files:
+                raise AnsibleActionFail(
+                    f"files: {name!r} is not a file name ending in .yaml that no rendered object or kustomization.yaml "
+                    "uses"
+                )
+            files[name] = MARKER + k8s_objects.dump(data if isinstance(data, Mapping) else {"value": data})
         changed = []
         if not self._play_context.check_mode:
             os.makedirs(dest, exist_ok=True)
@@ -107,21 +140,60 @@ class ActionModule(ActionBase):
                         os.unlink(path)
         for name, content in files.items():
             path = os.path.join(dest, name)
-            if os.path.exists(path):
+            mode_ok = name not in private or not os.path.exists(path) or (os.stat(path).st_mode & 0o777) == 0o600
+            if os.path.exists(path) and mode_ok:
                 with open(path, encoding="utf-8") as handle:
                     if handle.read() == content:
                         continue
             changed.append(name)
-            if not self._play_context.check_mode:
+            if self._play_context.check_mode:
+                continue
+            if name in private:
+                # Owner-only from the first byte: created 0600, and an older file made 0600 before it is rewritten.
+                if os.path.exists(path):
+                    os.chmod(path, 0o600)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                    handle.write(content)
+            else:
                 with open(path, "w", encoding="utf-8") as handle:
                     handle.write(content)
+        secrets = sum(1 for obj in objects if obj.get("kind") == "Secret")
         return {
             "changed": bool(changed or stale),
             "dest": dest,
             "files": sorted(files),
             "written": changed,
             "removed": stale,
+            "rendered": len(resources),
+            "extra_files": sorted(extra),
+            "secrets_not_written": 0 if include_secrets else secrets,
         }
+
+
+_EXTRA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\.yaml")
+
+
+def _secret_values(objects: list[dict]) -> list[str]:
+    """Every value a Secret among the objects holds, as written (base64 in data) and as text, longest first."""
+    values: set[str] = set()
+    for obj in objects:
+        if not isinstance(obj, Mapping) or obj.get("kind") != "Secret":
+            continue
+        for key in ("data", "stringData"):
+            section = obj.get(key)
+            for value in section.values() if isinstance(section, Mapping) else []:
+                values.add(str(value))
+                if key == "data":
+                    with contextlib.suppress(binascii.Error, UnicodeDecodeError, ValueError):
+                        values.add(base64.b64decode(str(value), validate=True).decode("utf-8"))
+    return sorted((v for v in values if v), key=len, reverse=True)
+
+
+def _masked(text: str, values: list[str]) -> str:
+    for value in values:
+        text = text.replace(value, "********")
+    return text
 
 
 def _ours(path: str) -> bool:
