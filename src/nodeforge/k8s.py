@@ -19,7 +19,12 @@ from rich.console import Console
 from nodeforge import checks, cli
 from nodeforge.collection import k8s_validate, model
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_jobs, k8s_objects, mpijob_convert  # isort: skip
+from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: skip
+    k8s_jobs,
+    k8s_objects,
+    k8s_scale,
+    mpijob_convert,
+)
 
 K8S_PLAYBOOK = "k8s.yml"
 RENDER = cli.Verb(K8S_PLAYBOOK, "Write every cluster object, one file each plus kustomization.yaml (for GitOps).")
@@ -61,8 +66,23 @@ def register(main: click.Group) -> None:
         help="Directory to write the objects into (created; files nodeforge rendered before and no longer renders "
         "are removed).",
     )
-    def render(output: Path, **kw: Any) -> None:
-        _run("render", RENDER, kw, {"k8s_cluster_action": "render", "k8s_cluster_render_dir": str(output.resolve())})
+    @click.option(
+        "--include-secrets",
+        is_flag=True,
+        help="Also write the Secrets (the Scale CSI GUI credentials), each file mode 0600; by default they are left "
+        "out (apply always applies them).",
+    )
+    def render(output: Path, include_secrets: bool, **kw: Any) -> None:
+        _run(
+            "render",
+            RENDER,
+            kw,
+            {
+                "k8s_cluster_action": "render",
+                "k8s_cluster_render_dir": str(output.resolve()),
+                "k8s_cluster_include_secrets": include_secrets,
+            },
+        )
 
     @k8s_group.command(name="apply", help=APPLY.help)
     @_k8s_options
@@ -133,6 +153,123 @@ def register(main: click.Group) -> None:
             converted.append(new)
         _emit(converted, k8s_version, output)
 
+    @k8s_group.command(name="scale-pv")
+    @click.option(
+        "--fs",
+        "fs",
+        required=True,
+        help="The file system: its UID (mmlsfs FS --uid, e.g. 099B6A7A:5EB99743) or its name in the inventory's "
+        "k8s_scale_csi_filesystems.",
+    )
+    @click.option(
+        "--path",
+        "path",
+        required=True,
+        help="The directory (or the fileset's link path) to expose: absolute, or relative to the named file system's "
+        "mount point.",
+    )
+    @click.option("--size", required=True, help="Capacity of the PV and request of the claim (a quantity: 100Gi, 1Ti).")
+    @click.option(
+        "--cluster-id",
+        help="The local (primary) Scale cluster's ID, also for a remote cluster's file system (default: the "
+        "inventory's local cluster).",
+    )
+    @click.option(
+        "--fileset", default="", help="Expose this fileset (new handle format only; --path is its link path)."
+    )
+    @click.option("--fileset-type", type=click.Choice(k8s_scale.FILESET_TYPES), default=None, help="With --fileset.")
+    @click.option(
+        "--handle-format",
+        type=click.Choice(k8s_scale.HANDLE_FORMATS),
+        default="new",
+        show_default=True,
+        help="new: CSI >= 2.5 (0;type;cluster;fsUID;;fileset;path); legacy: cluster;fsUID;path=PATH (IBM Redbook "
+        "REDP-5610, CSI 2.0).",
+    )
+    @click.option(
+        "--storage-class",
+        default="static",
+        show_default=True,
+        help="Storage class of both (one that must not exist, so that nothing provisions into it; '' for none).",
+    )
+    @click.option(
+        "--access-mode", type=click.Choice(k8s_scale.ACCESS_MODES), default="ReadWriteMany", show_default=True
+    )
+    @click.option("--label", "labels", multiple=True, help="key=value on the PV, which the claim selects; repeatable.")
+    @click.option("--name", default="", help="The PV's name (default: <last path component>-pv).")
+    @click.option("--claim-name", default="", help="The claim's name (default: <last path component>-pvc).")
+    @click.option("-n", "--namespace", default="default", show_default=True, help="The claim's namespace.")
+    @click.option(
+        "--k8s-version",
+        help="Kubernetes version the objects are validated against (default: the inventory's nodeforge_k8s_version, "
+        f"else {model.all_vars()['nodeforge_k8s_version'].default}).",
+    )
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
+    @_optional_inventory_and_vars
+    def scale_pv(
+        fs: str,
+        path: str,
+        size: str,
+        cluster_id: str | None,
+        fileset: str,
+        fileset_type: str | None,
+        handle_format: str,
+        storage_class: str,
+        access_mode: str,
+        labels: tuple[str, ...],
+        name: str,
+        claim_name: str,
+        namespace: str,
+        k8s_version: str | None,
+        output: Path | None,
+        **kw: Any,
+    ) -> None:
+        """A static PersistentVolume of an existing IBM Storage Scale directory or fileset and the claim bound to it
+        (IBM Redbook REDP-5610 4.2), for the Scale CSI driver; validated strictly before it is written. With -i, the
+        cluster ID, the file system names and the Kubernetes version come from the inventory."""
+        values: dict[str, Any] = {}
+        version = k8s_version
+        if kw["inventory"]:
+            inputs = cli._inputs(kw)
+            cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode=False)
+            cluster = _cluster(inputs)
+            values = k8s_scale.settings(_control_variables(inputs))
+            version = version or cluster.k8s_version
+        version = version or model.all_vars()["nodeforge_k8s_version"].default
+        selected = {}
+        for text in labels:
+            try:
+                key, value = k8s_scale.parse_label(text, "--label")
+            except k8s_objects.K8sConfigError as exc:
+                raise click.BadParameter(str(exc).removeprefix("--label: "), param_hint="--label") from exc
+            selected[key] = value
+        try:
+            uid, full_path = k8s_scale.filesystem(fs, path, values.get("k8s_scale_csi_filesystems") or [])
+            cid = cluster_id or (k8s_scale.local_cluster(values) if values.get("k8s_scale_csi_clusters") else "")
+            if not cid:
+                raise k8s_objects.K8sConfigError(
+                    "--cluster-id: needed (the local Scale cluster's ID, as mmlscluster prints it), or -i with an "
+                    "inventory whose k8s_scale_csi_clusters names it"
+                )
+            objects = k8s_scale.static_volume(
+                cluster_id=cid,
+                fs_uid=uid,
+                path=full_path,
+                size=size,
+                fileset=fileset,
+                fileset_type=fileset_type or "",
+                handle_format=handle_format,
+                storage_class=storage_class,
+                access_mode=access_mode,
+                labels=selected,
+                name=name,
+                claim_name=claim_name,
+                namespace=namespace,
+            )
+        except k8s_objects.K8sConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
+        _emit(objects, version, output)
+
 
 def _inventory_and_vars(func: Any) -> Any:
     for option in reversed(
@@ -143,6 +280,33 @@ def _inventory_and_vars(func: Any) -> Any:
     ):
         func = option(func)
     return func
+
+
+def _optional_inventory_and_vars(func: Any) -> Any:
+    """-i (optional here: the command also works from its options alone), the vault options and -e."""
+    inventory, *vault = cli.inventory_options()
+    del inventory
+    options = [
+        click.option(
+            "-i",
+            "--inventory",
+            "inventory",
+            multiple=True,
+            help="Inventory file, directory or host list, as ansible-playbook takes it; repeatable (optional).",
+        ),
+        *vault,
+        click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; checked."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _control_variables(inputs: cli.Inputs) -> dict[str, Any]:
+    """The first k8s_control host's variables (else the first GPU node's), as Ansible read them."""
+    view = inputs.view
+    hosts = (view.hosts_of("k8s_control") or view.hosts_of(model.WORKER_GROUP))[:1]
+    return checks.plain(view.host_variables(hosts[0])[0]) if hosts else {}
 
 
 def _cluster(inputs: cli.Inputs) -> k8s_objects.Cluster:

@@ -8,7 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate, model
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_scale, k8s_validate, model
 
 DOCUMENTATION = r"""
 module: k8s_objects
@@ -25,7 +25,8 @@ options:
     description: The component.
     type: str
     required: true
-    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, pins]
+    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, scale_csi,
+              scale_csi_secrets, pins]
   files:
     description: Paths on the controller of the upstream objects the component builds on (per component).
     type: dict
@@ -97,6 +98,19 @@ class ActionModule(ActionBase):
                 objects, values = [], k8s_objects.gpu_operator_values(cluster)
             elif component == "mpi_operator":
                 objects = k8s_objects.mpi_operator(cluster, _read(files["release"]) if files.get("release") else [])
+            elif component in ("scale_csi", "scale_csi_secrets"):
+                # The node label the Scale client hosts get from role scale_client (wherever the inventory sets it).
+                clients = task_vars.get("groups", {}).get(k8s_scale.CLIENT_GROUP, [])
+                labels = [hostvars[h].get(k8s_scale.CLIENT_LABEL) for h in clients]
+                labels.append(task_vars.get(k8s_scale.CLIENT_LABEL))
+                scale = k8s_scale.settings(control, self._templar.template([v for v in labels if v is not None]))
+                release = _read(files["release"]) if files.get("release") else []
+                if component == "scale_csi":
+                    objects = k8s_scale.scale_csi(cluster, scale, release)
+                else:
+                    # GUI credentials: this result is never shown (the role's task is no_log as well).
+                    objects = k8s_scale.gui_secrets(scale, k8s_scale.namespace_of(release) if release else "")
+                    result["_ansible_no_log"] = True
             else:
                 raise AnsibleActionFail(f"unknown component {component!r}")
             resources = k8s_objects.rdma_resources(cluster)
