@@ -3,9 +3,14 @@ to the operator, from the nodes' own variables; contradictions are refused namin
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from nodeforge.collection import k8s_validate
+from tests.test_k8s_objects import independent_problems
+from tests.test_k8s_render import k8s, read_rendered
+from tests.test_k8s_render import upstream_url as upstream_url  # the loopback fixture
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects  # isort: skip
 
@@ -100,3 +105,29 @@ def test_contradicting_site_values_are_refused(own, expected):
     c = cluster(MIXED, k8s_gpu_operator_enabled=True, k8s_gpu_operator_values=own)
     with pytest.raises(k8s_objects.K8sConfigError, match=r"k8s_gpu_operator_values contradicts .*" + expected):
         k8s_objects.gpu_operator_values(c)
+
+
+@pytest.mark.slow
+def test_render_writes_the_values_and_labels_of_a_mixed_cluster(tmp_path, upstream_url):
+    """`nodeforge k8s render` of the DGX H100 sample with one node on the driver container: gpu-operator-values.yaml
+    next to the objects (not in the kustomization), the host-driver node labelled, the helm command announced."""
+    operator_mode = tmp_path / "operator.yml"
+    operator_mode.write_text(
+        "all:\n  vars:\n    k8s_gpu_operator_enabled: true\n"
+        "  children:\n    gpu_nodes:\n      hosts:\n        dgxh100-01:\n          nvidia_driver_source: operator\n"
+    )
+    run = k8s("render", tmp_path, upstream_url, "dgx-h100-k8s", "-i", str(operator_mode))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    rendered = read_rendered(tmp_path / "out")
+    values = rendered.pop("gpu-operator-values.yaml")
+    assert values["driver"] == {"enabled": True, "rdma": {"enabled": True, "useHostMofed": True}}
+    assert values["toolkit"] == {"enabled": False}
+    assert values["devicePlugin"] == {"enabled": False}
+    kustomization = rendered.pop("kustomization.yaml")
+    assert sorted(kustomization["resources"]) == sorted(rendered)
+    nodes = {obj["metadata"]["name"]: obj["metadata"]["labels"] for obj in rendered.values() if obj["kind"] == "Node"}
+    assert nodes["dgxh100-02"][k8s_objects.DEPLOY_DRIVER] == "false"
+    assert k8s_objects.DEPLOY_DRIVER not in nodes["dgxh100-01"]
+    assert independent_problems(list(rendered.values())) == []
+    notices = " ".join(" ".join(texts) for texts in json.loads(run.stdout)["notices"].values())
+    assert "helm install gpu-operator nvidia/gpu-operator --version v26.7.0" in " ".join(notices.split())
