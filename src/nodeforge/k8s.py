@@ -239,7 +239,7 @@ def register(main: click.Group) -> None:
         selected = {}
         for text in labels:
             try:
-                key, value = k8s_scale.parse_label(text, "--label")
+                key, value = k8s_scale.parse_label(text, "--label", "label")
             except k8s_objects.K8sConfigError as exc:
                 raise click.BadParameter(str(exc).removeprefix("--label: "), param_hint="--label") from exc
             selected[key] = value

@@ -90,13 +90,13 @@ def settings(control: Mapping[str, Any], client_labels: list[Any] | tuple[Any, .
     return values
 
 
-def parse_label(text: str, variable: str) -> tuple[str, str]:
-    """A node label written key=value, checked as the API server checks label keys and values."""
+def parse_label(text: str, variable: str, what: str = "node label") -> tuple[str, str]:
+    """A label written key=value, checked as the API server checks label keys and values."""
     key, sep, value = str(text).partition("=")
     if not sep or not _label_ok(key, value):
         raise K8sConfigError(
-            f"{variable}: {text!r} is not a node label key=value (e.g. scale=true; a label key, then a value of at "
-            "most 63 characters: alphanumerics, '-', '_', '.', beginning and ending with an alphanumeric)"
+            f"{variable}: {text!r} is not a {what} key=value (e.g. scale=true; a label key, then a value of at most "
+            "63 characters: alphanumerics, '-', '_', '.', beginning and ending with an alphanumeric)"
         )
     return key, value
 
