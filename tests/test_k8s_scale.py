@@ -353,6 +353,32 @@ def test_the_node_label_must_agree_with_role_scale_client():
     assert k8s_scale.settings(redbook_settings())["node_label"] == "scale=true"
 
 
+def test_scale_client_nodes_get_the_label_and_render_merges_it_into_their_node_objects():
+    control = {"nodeforge_k8s_distribution": "kubernetes", **redbook_settings()}
+    cluster = k8s_objects.cluster_from(control, {"dgx01": {"nodeforge_profile": "dgx-1"}})
+    values = k8s_scale.settings(control, ["scale=true"])
+    objects = k8s_scale.scale_csi(cluster, values, RELEASE, nodes=["dgx01", "cpu01"])
+    scale_nodes = [o for o in objects if o["kind"] == "Node"]
+    assert [n["metadata"] for n in scale_nodes] == [
+        {"name": "cpu01", "labels": {"scale": "true"}},
+        {"name": "dgx01", "labels": {"scale": "true"}},
+    ]
+    everything = k8s_objects.node_labels(cluster) + objects
+    result = render_action({"objects": everything, "k8s_version": "1.33"})
+    nodes = {n["metadata"]["name"]: n for n in result["objects"] if n["kind"] == "Node"}
+    assert set(nodes) == {"dgx01", "cpu01"}
+    assert nodes["dgx01"]["metadata"]["labels"] == {
+        **k8s_objects.node_labels(cluster)[0]["metadata"]["labels"],
+        "scale": "true",
+    }
+    for node in nodes.values():
+        kubernetes_validate.validate(node, "1.33", strict=True)
+    clash = copy.deepcopy(scale_nodes[1])
+    clash["metadata"]["labels"] = {"nvidia.com/gpu.present": "false"}
+    with pytest.raises(Exception, match=r"Node dgx01 at metadata.labels.nvidia.com/gpu.present: two components set it"):
+        render_action({"objects": [*everything, clash], "k8s_version": "1.33"})
+
+
 def test_disabled_renders_nothing():
     values = k8s_scale.settings({})
     assert values["k8s_scale_csi_enabled"] is False
@@ -550,7 +576,9 @@ def scale_inventory(tmp_path: Path, url: str, checksum: str | None = None) -> li
     }
     host = {"nodeforge_manifest_overrides": {"kubernetes": pins}, **redbook_settings()}
     host["k8s_scale_csi_gui_secrets"][1]["password"] = "@@VAULT@@"
-    text = yaml.safe_dump({"k8s_control": {"hosts": {"localhost": host}}}, sort_keys=False)
+    # The Redbook's DGX-1 nodes are the Scale clients (the node roles' scale_clients group).
+    clients = {"scale_clients": {"hosts": {"dgx1-01": None, "dgx1-02": None}}}
+    text = yaml.safe_dump({"k8s_control": {"hosts": {"localhost": host}}, **clients}, sort_keys=False)
     indent = " " * 10
     vaulted = "!vault |\n" + "".join(indent + line + "\n" for line in encrypted.split("\n", 1)[1].splitlines())
     path = tmp_path / "scale.yml"
@@ -599,6 +627,12 @@ def test_render_of_a_redbook_style_inventory_has_the_scale_objects_and_no_passwo
     for released in RELEASE:
         assert released in objects, k8s_validate.describe(released)
     assert the([o for o in objects if o["kind"] == "Role" and "scale" in o["metadata"]["name"]], "Role")
+    # One Node object per DGX-1 with the node labels role's labels and the Redbook's scale=true.
+    nodes = [o for o in objects if o["kind"] == "Node"]
+    assert sorted(n["metadata"]["name"] for n in nodes) == ["dgx1-01", "dgx1-02"]
+    for node in nodes:
+        assert node["metadata"]["labels"]["scale"] == "true"
+        assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
     notices = " ".join(" ".join(n) for n in json.loads(run.stdout)["notices"].values())
     assert f"({len(objects)} objects and kustomization.yaml)" in notices
     assert "2 Secret(s) not written (nodeforge k8s render --include-secrets writes them, mode 0600)" in notices

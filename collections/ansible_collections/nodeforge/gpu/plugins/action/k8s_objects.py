@@ -106,7 +106,9 @@ class ActionModule(ActionBase):
                 scale = k8s_scale.settings(control, self._templar.template([v for v in labels if v is not None]))
                 release = _read(files["release"]) if files.get("release") else []
                 if component == "scale_csi":
-                    objects = k8s_scale.scale_csi(cluster, scale, release)
+                    names = [hostvars[h].get("k8s_node_labels_node_name") or h for h in clients]
+                    nodes = [str(n) for n in self._templar.template(names)]
+                    objects = k8s_scale.scale_csi(cluster, scale, release, nodes=nodes)
                 else:
                     # GUI credentials: this result is never shown (the role's task is no_log as well).
                     objects = k8s_scale.gui_secrets(scale, k8s_scale.namespace_of(release) if release else "")

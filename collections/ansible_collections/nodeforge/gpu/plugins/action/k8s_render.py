@@ -77,6 +77,34 @@ ORDER = [
 MARKER = "# Rendered by nodeforge k8s render: do not edit (render again).\n"
 
 
+def merged_nodes(objects: list[dict]) -> list[dict]:
+    """One Node object per node: components that label the same node (the node labels role, Scale CSI's scale=true)
+    each render a Node holding only their labels, and server-side apply must receive all of nodeforge's labels of a
+    node at once (a label missing from its next apply would be removed). A label two components set differently is
+    refused."""
+    result: list[dict] = []
+    nodes: dict[str, dict] = {}
+    for obj in objects:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        if not isinstance(meta, Mapping) or obj.get("kind") != "Node" or set(obj) - {"apiVersion", "kind", "metadata"}:
+            result.append(obj)
+            continue
+        name = str(meta.get("name"))
+        if name not in nodes:
+            nodes[name] = {**obj, "metadata": {**meta, "labels": dict(meta.get("labels") or {})}}
+            result.append(nodes[name])
+            continue
+        labels = nodes[name]["metadata"]["labels"]
+        for key, value in (meta.get("labels") or {}).items():
+            if key in labels and labels[key] != value:
+                raise AnsibleActionFail(
+                    f"Node {name} at metadata.labels.{key}: two components set it, to {labels[key]!r} and {value!r}; "
+                    "nothing was written or applied"
+                )
+            labels[key] = value
+    return result
+
+
 def ordered(objects: list[dict]) -> list[dict]:
     rank = {kind: index for index, kind in enumerate(ORDER)}
     return sorted(objects, key=lambda obj: rank.get(obj.get("kind", ""), len(ORDER)))
@@ -88,7 +116,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
         result = super().run(tmp, task_vars)
-        objects = k8s_objects.plain(list(self._task.args.get("objects") or []))
+        objects = merged_nodes(k8s_objects.plain(list(self._task.args.get("objects") or [])))
         version = str(self._task.args.get("k8s_version") or model.all_vars()["nodeforge_k8s_version"].default)
         dest = self._task.args.get("dest") or ""
         extra = k8s_objects.plain(dict(self._task.args.get("files") or {}))

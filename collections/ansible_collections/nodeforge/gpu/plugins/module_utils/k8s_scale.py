@@ -359,15 +359,27 @@ def _openshift_operator_scc(namespace: str, service_account: str) -> list[dict]:
     ]
 
 
+def node_labels(values: Mapping[str, Any], nodes: list[str] | tuple[str, ...]) -> list[dict]:
+    """The Scale client nodes' label (the Redbook's `oc label node dgx01... scale=true`), as Node objects holding only
+    that label: k8s_render merges them with the node labels role's Node objects of the same nodes."""
+    key, value = parse_label(values["node_label"], "k8s_scale_csi_node_label")
+    return [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {key: value}}}
+        for name in sorted(set(nodes))
+    ]
+
+
 def scale_csi(
     cluster: k8s_objects.Cluster,
     values: Mapping[str, Any],
     release: list[Mapping[str, Any]],
     read: Callable[[str], str] = _read_text,
+    nodes: list[str] | tuple[str, ...] = (),
 ) -> list[dict]:
     """The operator's namespace, the pinned release's objects as released (verified by sha256 before this), on
-    OpenShift the operator's SCC grant, the CA ConfigMaps and the CSIScaleOperator. The GUI Secrets come from
-    gui_secrets(), apart, so that nothing computed here needs hiding. Every secret's entry is checked here."""
+    OpenShift the operator's SCC grant, the CA ConfigMaps, the CSIScaleOperator and the Scale client nodes' label
+    (`nodes`: their Kubernetes names). The GUI Secrets come from gui_secrets(), apart, so that nothing computed here
+    needs hiding. Every secret's entry is checked here."""
     if not values.get("k8s_scale_csi_enabled"):
         return []
     namespace, service_account = _release_namespace(release)
@@ -379,7 +391,7 @@ def scale_csi(
     objects += [copy.deepcopy(dict(obj)) for obj in release]
     if cluster.openshift:
         objects += _openshift_operator_scc(namespace, service_account)
-    return [*objects, *configmaps, cr]
+    return [*objects, *configmaps, cr, *node_labels(values, nodes)]
 
 
 # ---- the GUI credential Secrets --------------------------------------------------------------------------------------
