@@ -468,6 +468,14 @@ def test_a_file_system_is_named_by_its_uid_or_by_the_inventory_s_name():
         k8s_scale.filesystem("fs1", "adas", known)
 
 
+def test_scale_pv_s_default_cluster_is_the_cr_s_local_cluster():
+    assert k8s_scale.local_cluster(k8s_scale.settings(redbook_settings())) == LOCAL  # the one with the primary fs
+    assert k8s_scale.local_cluster(k8s_scale.settings(redbook_settings(k8s_scale_csi_local_cluster=REMOTE))) == REMOTE
+    assert k8s_scale.local_cluster(k8s_scale.settings({})) == ""
+    with pytest.raises(k8s_objects.K8sConfigError, match=r"k8s_scale_csi_local_cluster: 'ess' is not a Scale cluster"):
+        k8s_scale.local_cluster(k8s_scale.settings(redbook_settings(k8s_scale_csi_local_cluster="ess")))
+
+
 # ---- k8s_render: Secrets and other files -----------------------------------------------------------------------------
 def render_action(args: dict, check_mode: bool = False) -> dict:
     """The action nodeforge.gpu.k8s_render as a task runs it."""

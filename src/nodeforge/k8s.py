@@ -245,7 +245,7 @@ def register(main: click.Group) -> None:
             selected[key] = value
         try:
             uid, full_path = k8s_scale.filesystem(fs, path, values.get("k8s_scale_csi_filesystems") or [])
-            cid = cluster_id or (k8s_scale.local_cluster(values) if values.get("k8s_scale_csi_clusters") else "")
+            cid = cluster_id or k8s_scale.local_cluster(values)
             if not cid:
                 raise k8s_objects.K8sConfigError(
                     "--cluster-id: needed (the local Scale cluster's ID, as mmlscluster prints it), or -i with an "

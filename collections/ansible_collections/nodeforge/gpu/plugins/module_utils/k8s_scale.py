@@ -612,8 +612,12 @@ def static_volume(
 
 def local_cluster(values: Mapping[str, Any]) -> str:
     """The local cluster's ID as the CR names it (the default of scale-pv's --cluster-id); '' when none is known."""
-    try:
-        cr, _ = custom_resource(values, "default", read=lambda _path: _PEM)
-    except K8sConfigError:
+    local = values.get("k8s_scale_csi_local_cluster")
+    if not model.is_empty(local):
+        return _cluster_id(local, "k8s_scale_csi_local_cluster")
+    clusters = _entries(values, "k8s_scale_csi_clusters")
+    primaries = [index for index, cluster in enumerate(clusters) if cluster.get("primary")]
+    chosen = primaries if len(primaries) == 1 else [0] if len(clusters) == 1 else []
+    if not chosen:
         return ""
-    return str(cr["spec"]["localScaleCluster"])
+    return _cluster_id(clusters[chosen[0]].get("id"), f"k8s_scale_csi_clusters[{chosen[0]}].id")
