@@ -176,6 +176,45 @@ def test_vendor_like_release_fields_and_flat_layout(tmp_path):
     assert shipped.read_bytes() == flat.keyring_path.read_bytes()
 
 
+def test_a_file_from_a_path_beside_the_spec(tmp_path):
+    """{path: ...} ships a program kept as its own file (linted and tested where it lies), relative to the spec."""
+    (tmp_path / "progs").mkdir()
+    program = tmp_path / "progs" / "prog.py"
+    program.write_text("#!/usr/bin/python3\nprint('stand-in')\n")
+    spec = tmp_path / "specs" / "prog.yml"
+    spec.parent.mkdir()
+    spec.write_text(
+        'packages:\n  - name: prog\n    version: "1.0-1"\n    files:\n'
+        '      /usr/lib/prog/prog.py: {mode: "0755", path: ../progs/prog.py}\n'
+    )
+    repo = fr.build_repo([spec], tmp_path / "out")
+    deb = next(repo.root.rglob("prog_1.0-1_all.deb"))
+    contents = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True).stdout
+    assert any(line.startswith("-rwxr-xr-x root/root") and line.endswith("./usr/lib/prog/prog.py") for line in
+               contents.splitlines())  # fmt: skip
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / "x")], check=True)
+    assert (tmp_path / "x/usr/lib/prog/prog.py").read_bytes() == program.read_bytes()
+
+
+def test_the_scale_stand_in_package_ships_the_program_as_kept(tmp_path):
+    repo = fr.build_repo([FIXTURE_DIR / "specs" / "spectrum_scale.yml"], tmp_path / "out")
+    assert [(p.name, p.version, p.architecture) for p in repo.packages] == [("gpfs.base", "5.2.3-1", "amd64")]
+    deb = next(repo.root.rglob("gpfs.base_5.2.3-1_amd64.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp_path / "x")], check=True)
+    kept = REPO_ROOT / "molecule/fixture_files/spectrum_scale/scale_standin.py"
+    assert (tmp_path / "x/usr/lpp/mmfs/lib/nodeforge-standin/scale_standin.py").read_bytes() == kept.read_bytes()
+    for command in (
+        "mmlscluster",
+        "mmlsconfig",
+        "mmchconfig",
+        "mmlsnodeclass",
+        "mmgetstate",
+        "mmshutdown",
+        "mmstartup",
+    ):
+        assert (tmp_path / "x/usr/lpp/mmfs/bin" / command).stat().st_mode & 0o111
+
+
 BAD_SPECS = [
     ("packages:\n  - name: demo\n    version: 1.10\n", "package 'demo': field 'version'", "quote it"),
     ("packages:\n  - name: demo\n", "package 'demo': field 'version': missing", None),
@@ -215,6 +254,16 @@ BAD_SPECS = [
         'packages:\n  - name: demo\n    version: "1"\n  - name: demo\n    version: "1"\n',
         "package 'demo'",
         "already defined",
+    ),
+    (
+        'packages:\n  - name: demo\n    version: "1"\n    files:\n      /x: {path: missing.py}\n',
+        "field 'files': /x: 'path' missing.py: cannot read",
+        "No such file",
+    ),
+    (
+        'packages:\n  - name: demo\n    version: "1"\n    files:\n      /x: {path: a.py, content: b}\n',
+        "field 'files'",
+        "exactly one of 'content', 'source' or 'path'",
     ),
     ("packages: []\n", "'packages' must be a non-empty list", None),
     ("- name: demo\n", "a spec must be a mapping", None),

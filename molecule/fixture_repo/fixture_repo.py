@@ -232,7 +232,7 @@ def _parse_package(path: Path, index: int, item: Any) -> PackageSpec:
         if key in raw:
             control[control_field] = _parse_relations(raw[key], partial(fail, key))
 
-    files = _parse_files(raw.get("files"), partial(fail, "files"))
+    files = _parse_files(raw.get("files"), partial(fail, "files"), path.parent)
 
     scripts: dict[str, str] = {}
     for key in SCRIPT_FIELDS:
@@ -268,11 +268,12 @@ def _parse_relations(value: Any, fail: Any) -> str:
     return ", ".join(relations)
 
 
-def _parse_files(value: Any, fail: Any) -> tuple[FileEntry, ...]:
+def _parse_files(value: Any, fail: Any, base: Path) -> tuple[FileEntry, ...]:
+    """`base`: the spec file's directory, which a {path: ...} file source is relative to."""
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise fail("must be a mapping of absolute path -> content (or {content|source, mode})")
+        raise fail("must be a mapping of absolute path -> content (or {content|source|path, mode})")
     entries = []
     for path, spec in value.items():
         if not isinstance(path, str) or not path.startswith("/") or path.endswith("/"):
@@ -286,15 +287,23 @@ def _parse_files(value: Any, fail: Any) -> tuple[FileEntry, ...]:
         if isinstance(spec, str):
             content = spec.encode()
         elif isinstance(spec, dict):
-            extra = sorted(str(k) for k in spec if k not in ("content", "source", "mode"))
+            extra = sorted(str(k) for k in spec if k not in ("content", "source", "path", "mode"))
             if extra:
-                raise fail(f"{path}: unknown key(s) {', '.join(extra)} (allowed: content, source, mode)")
-            if ("content" in spec) == ("source" in spec):
-                raise fail(f"{path}: give exactly one of 'content' or 'source'")
+                raise fail(f"{path}: unknown key(s) {', '.join(extra)} (allowed: content, source, path, mode)")
+            if sum(k in spec for k in ("content", "source", "path")) != 1:
+                raise fail(f"{path}: give exactly one of 'content', 'source' or 'path'")
             if "content" in spec:
                 if not isinstance(spec["content"], str):
                     raise fail(f"{path}: 'content' must be a string")
                 content = spec["content"].encode()
+            elif "path" in spec:
+                # A program kept as its own file (linted and tested where it lies), relative to the spec.
+                if not isinstance(spec["path"], str) or not spec["path"]:
+                    raise fail(f"{path}: 'path' must be a file path relative to the spec")
+                try:
+                    content = (base / spec["path"]).read_bytes()
+                except OSError as exc:
+                    raise fail(f"{path}: 'path' {spec['path']}: cannot read: {exc.strerror or exc}") from exc
             else:
                 source = spec["source"]
                 if source not in FILE_SOURCES:
