@@ -23,6 +23,8 @@ import yaml
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLOBAL_PREFIX = "nodeforge_"
 WORKER_GROUP = "gpu_nodes"
+# IBM Storage Scale clients (role scale_client): checked like the workers, whose profiles they need too.
+SCALE_CLIENT_GROUP = "scale_clients"
 # Variables whose role default "" means "the version manifest's": (section, key) there.
 MANIFEST_DEFAULTS = {"nvidia_driver_branch": ("nvidia_driver", "branch"), "ofed_mode": ("ofed", "mode")}
 
@@ -179,6 +181,11 @@ VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "selinux_modules_booleans{}": (r"[A-Za-z0-9_]+", "an SELinux boolean name"),
     "ofed_memlock_users[]": (r"[^\s#]+", "a limits.conf domain (a user, @group or *) without spaces or #"),
     "ofed_memlock_services[]": (r"[A-Za-z0-9@._:-]+", "a systemd unit name without .service, e.g. containerd"),
+    "scale_client_node_label": (
+        r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+        r"=([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?",
+        "a Kubernetes node label key=value, e.g. scale=true",
+    ),
 }
 # Keys of the version manifest whose values are URLs (checked where nodeforge_manifest_overrides sets them).
 _MANIFEST_URL_KEY = re.compile(r"(^|_)(url|baseurl)(_deb|_rpm)?$")
