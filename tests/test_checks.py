@@ -897,3 +897,60 @@ def test_gpu_operator_mode_that_fits_passes(tmp_path):
     assert messages(write_inventory(tmp_path, group_vars)) == []
     found = messages(write_inventory(tmp_path / "peer", {**group_vars, "gpudirect_rdma_module": "nv_peer_mem"}))
     assert any("gpudirect_rdma_module: found nv_peer_mem with nvidia_driver_source operator" in p for p in found), found
+
+
+def scale_clients_inventory(tmp_path: Path, scale_vars: dict) -> Path:
+    """node-01 a GPU worker and a Scale client, storage-gw a Scale client only (checked all the same)."""
+    write_inventory(tmp_path, hosts={"node-01": None})
+    groups = {"gpu_nodes": {"hosts": {"node-01": None}}, "scale_clients": {"hosts": {"node-01": None, "gw": None}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": groups}}))
+    (tmp_path / "group_vars" / "scale_clients.yml").write_text(
+        yaml.safe_dump({"nodeforge_profile": "dgx-1", "scale_client_node_class": "dgx", **scale_vars})
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("scale_vars", "expected"),
+    [
+        (
+            {"scale_client_config": {"dgx": {"verbsRdma": "enable", "verbsPorts": "mlx5_0/1 mlx5_4/1"}}},
+            "group_vars/scale_clients.yml: group scale_clients, for hosts gw, node-01: scale_client_config.dgx."
+            "verbsPorts: found 'mlx5_0/1 mlx5_4/1' naming mlx5_4; expected ports of profile dgx-1's HCAs: mlx5_0, "
+            "mlx5_1, mlx5_2, mlx5_3",
+        ),
+        (
+            {"scale_client_config": {"dgx": {"pagepool": "lots"}}},
+            "scale_client_config.dgx.pagepool: found 'lots'; expected a number with an optional K, M, G, T or P suffix",
+        ),
+        (
+            {"scale_client_node_label": "scale"},
+            "scale_client_node_label: found 'scale'; expected a Kubernetes node label key=value, e.g. scale=true",
+        ),
+        (
+            {"scale_client_restart_policy": "always"},
+            "scale_client_restart_policy: found 'always'; expected one of never, when_needed",
+        ),
+    ],
+)
+def test_scale_client_settings_are_checked(tmp_path, scale_vars, expected):
+    [problem] = messages(scale_clients_inventory(tmp_path, scale_vars))
+    assert expected in problem, problem
+
+
+def test_the_redbook_s_scale_client_settings_pass(tmp_path):
+    config = {
+        "dgx": {
+            "pagepool": "128G",
+            "workerThreads": 1024,
+            "ignorePrefetchLUNCount": True,
+            "maxFilesToCache": "1M",
+            "maxStatCache": "1M",
+            "subnets": "10.10.11.0/ess3000.bda.scale.ibm.com;SpectrumScale.ocp4.scale.ibm.com",
+            "verbsRdma": "enable",
+            "verbsRdmaSend": True,
+            "verbsPorts": ["mlx5_0/1", "mlx5_1/1", "mlx5_2/1", "mlx5_3/1"],
+        },
+        "common": {"maxMBpS": 20000, "enforceFilesetQuotaOnRoot": True, "controlSetxattrImmutableSELinux": True},
+    }
+    assert messages(scale_clients_inventory(tmp_path, {"scale_client_config": config})) == []

@@ -401,6 +401,23 @@ def signing_keys_are_pinned(ctx: HostModel) -> Iterator[Violation]:
         yield from _unpinned(ctx, "nvidia_driver.cuda_repo", "key_fingerprints_rpm", "CUDA repository")
 
 
+@rule
+def scale_client_config_fits_the_profile(ctx: HostModel) -> Iterator[Violation]:
+    """scale_client_config as the role can apply it: its sections (common, scale_client_node_class), attributes the
+    role manages with values of their form, and verbsPorts entries that name HCAs of the host's profile."""
+    from ansible_collections.nodeforge.gpu.plugins.module_utils import scale
+
+    config, node_class = ctx.get("scale_client_config"), ctx.get("scale_client_node_class")
+    if config is None:
+        return
+    hcas = (ctx.profile.get("hcas") or []) if ctx.profile else None
+    for path, found, expected in scale.config_problems(
+        config.value, node_class.value if node_class else "", hcas, ctx.profile_name
+    ):
+        origin = node_class.origin if path == "scale_client_node_class" and node_class else config.origin
+        yield Violation(origin, path, found, expected)
+
+
 def evaluate(ctx: HostModel) -> Iterator[Violation]:
     for check in RULES:
         yield from check(ctx)

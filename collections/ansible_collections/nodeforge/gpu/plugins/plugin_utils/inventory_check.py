@@ -513,7 +513,7 @@ class Checker:
             )
         merged: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
         cautions: dict[tuple[str, str, str, str], list[str]] = defaultdict(list)
-        for host in workers:
+        for host in sorted({*workers, *self.view.hosts_of(model.SCALE_CLIENT_GROUP)}):
             try:
                 variables, origins = self.view.host_variables(host)
                 variables = plain(variables)
