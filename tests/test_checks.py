@@ -635,6 +635,50 @@ def test_vault_encrypted_values_are_decrypted_and_checked(tmp_path):
     assert messages(inv, vault_password_file=password) == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("role", "variable", "text"),
+    [
+        ("nvidia_driver", "nvidia_driver_grid_client_token", "nvidia_driver_grid_client_token: {secret}\n"),
+        (
+            "k8s_scale_csi",
+            "k8s_scale_csi_gui_secrets",
+            "k8s_scale_csi_gui_secrets:\n  - name: csisecret-local\n    username: csiadmin\n    password: {secret}\n",
+        ),
+    ],
+)
+def test_secrets_in_a_vault_pass_the_role_s_own_argument_validation(tmp_path, role, variable, text):
+    """The roles' argument specs, as Ansible validates them when the role starts, accept vault-encrypted secrets
+    (a no_log option would refuse them: "Unknown parameter type: AnsibleVaultEncryptedUnicode")."""
+    password = tmp_path / "vault-pass"
+    password.write_text("s3cret-pw\n")
+    # The vault block's lines indented deeper than either key (top level, or password in a list entry).
+    secret = _encrypt("pa55-w0rd", "s3cret-pw").replace("\n", "\n    ")
+    (tmp_path / "vars.yml").write_text(text.format(secret=secret))
+    # The role's own argument spec on a role that does nothing else: Ansible validates the play's variables, as
+    # they are (vault-encrypted), before the role's first task.
+    standin = tmp_path / "roles" / role
+    (standin / "meta").mkdir(parents=True)
+    (standin / "tasks").mkdir()
+    (standin / "meta" / "argument_specs.yml").write_text(
+        (REPO / "roles" / role / "meta" / "argument_specs.yml").read_text()
+    )
+    (standin / "tasks" / "main.yml").write_text("- ansible.builtin.debug:\n    msg: validated\n")
+    (tmp_path / "play.yml").write_text(
+        f"- hosts: localhost\n  gather_facts: false\n  vars_files: [vars.yml]\n  roles: [{role}]\n"
+    )
+    proc = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "ansible-playbook"), "--vault-password-file", str(password), "play.yml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "pa55-w0rd" not in proc.stdout + proc.stderr
+
+
 def test_vault_value_without_the_password(tmp_path):
     inv = write_inventory(tmp_path)
     group_vars = inv / "group_vars" / "gpu_nodes.yml"

@@ -75,7 +75,7 @@ def _unsafe_values(role: str, variables: Mapping[str, Any]) -> str:
         if (spec.role != role and name != "nodeforge_manifest_overrides") or name not in variables:
             continue
         for path, value, expected in model.value_problems(name, variables[name]):
-            shown = "********" if spec.spec.get("no_log") else value
+            shown = "********" if spec.no_log else value
             found.append(f"{path}: found {shown}; expected {expected}")
     return "; ".join(found)
 

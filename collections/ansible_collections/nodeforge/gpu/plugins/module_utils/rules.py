@@ -292,6 +292,7 @@ VALIDATE_CERTS = (
     "gpudirect_rdma_validate_certs",
     "preflight_repository_validate_certs",
     "k8s_mpi_operator_validate_certs",
+    "k8s_scale_csi_validate_certs",
 )
 
 

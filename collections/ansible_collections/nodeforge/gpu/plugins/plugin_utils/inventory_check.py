@@ -429,7 +429,7 @@ def validate_value(name: str, spec: dict, value: Any) -> list[tuple[str, str, st
     """Check one value against its argument_spec entry with Ansible's ArgumentSpecValidator."""
     if value is None and not spec.get("required"):
         return []
-    secret = bool(spec.get("no_log"))
+    secret = bool(spec.get("no_log")) or name in model.SECRET_VARIABLES
     kind = spec.get("type", "str")
     if kind in ("str", "path") and isinstance(value, (bool, list, Mapping)):
         # Ansible would turn these into strings ("True", "['a']"): in an inventory they are always a mistake.
@@ -481,7 +481,7 @@ class Checker:
         if not problems:
             # Values that land in files: full-match patterns, no control characters (a newline adds a line).
             for path, found, expected in model.value_problems(name, value):
-                self.add(d.where, d.scope, path, SECRET if spec.spec.get("no_log") else found, expected)
+                self.add(d.where, d.scope, path, SECRET if spec.no_log else found, expected)
         if name == MANIFEST_OVERRIDES and value is not None and not problems:
             for path, expected in model.override_problems(value, model.manifest()):
                 found = _show(_at(value, path.split(".")[1:]))
