@@ -91,10 +91,12 @@ def _nullable(schema):
 
 
 def independent_problems(objects: list[dict], version: str = "1.33") -> list[str]:
-    """kubernetes-validate's own validate() (strict) for built-in kinds, jsonschema against the CRD for the rest."""
+    """kubernetes-validate's own validate() (strict) for built-in kinds, jsonschema against the CRD for the rest (the
+    shipped ones, and those among the objects: a verified release manifest's)."""
     crds = {
         (crd["spec"]["group"], v["name"], crd["spec"]["names"]["kind"]): v["schema"]["openAPIV3Schema"]
-        for crd in k8s_validate.load_documents(
+        for crd in [obj for obj in objects if obj.get("kind") == "CustomResourceDefinition"]
+        + k8s_validate.load_documents(
             (ROLES / "nodeforge" / "files" / "crds" / "mpijobs.kubeflow.org.yaml").read_text()
         )
         + k8s_validate.load_documents(
@@ -114,7 +116,7 @@ def independent_problems(objects: list[dict], version: str = "1.33") -> list[str
             else:
                 jsonschema.validate(obj, _nullable(schema))
         except Exception as exc:
-            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {str(exc).splitlines()[0]}")
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {(str(exc).splitlines() or [repr(exc)])[0]}")
     return problems
 
 

@@ -33,6 +33,7 @@ SAMPLES = {
     "dgx-h100-k8s": "kubernetes",
 }
 MPI_OPERATOR = "mpi-operator-v0.8.0.yaml"
+SCALE_CSI = "ibm-spectrum-scale-csi-operator-v3.0.0.yaml"  # the Redbook sample (dgx1-openshift) uses Scale CSI
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ GRID = {
 
 
 def control_overrides(tmp_path: Path, url: str, checksum: str | None = None, sample: str = "") -> Path:
-    """An inventory file the sample is read with: the k8s_control host downloads the release from loopback (and the
+    """An inventory file the sample is read with: the k8s_control host downloads the releases from loopback (and the
     vGPU guests name their GRID package)."""
     pin = {"url": f"{url}/{MPI_OPERATOR}"}
     if checksum:
@@ -65,7 +66,13 @@ def control_overrides(tmp_path: Path, url: str, checksum: str | None = None, sam
         yaml.safe_dump(
             {
                 "k8s_control": {
-                    "hosts": {"localhost": {"nodeforge_manifest_overrides": {"kubernetes": {"mpi_operator": pin}}}}
+                    "hosts": {
+                        "localhost": {
+                            "nodeforge_manifest_overrides": {
+                                "kubernetes": {"mpi_operator": pin, "scale_csi": {"url": f"{url}/{SCALE_CSI}"}}
+                            }
+                        }
+                    }
                 },
                 # Host vars: an inventory file's group vars rank below the sample's group_vars/all.yml.
                 "gpu_nodes": {

@@ -13,6 +13,10 @@ from nodeforge import content, specs
 
 GLOBAL_ROLE = "nodeforge"
 CLUSTER_ROLE_PREFIX = "k8s_"
+# IBM Storage Scale clients: an inventory that sets the role's variables gets the scale_clients group (the workers) and
+# their settings in group_vars/scale_clients.yml.
+SCALE_ROLE = "scale_client"
+SCALE_GROUP = "scale_clients"
 
 
 class ScaffoldError(RuntimeError):
@@ -21,6 +25,23 @@ class ScaffoldError(RuntimeError):
 
 def _yaml_value(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    """Sequences indented under their key, as yamllint's indentation rule wants them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
+def _set_line(name: str, value: Any) -> str:
+    """A set variable: on one line, or in block style when it nests containers (the Scale settings, clusters), in
+    the order given."""
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else []
+    if not any(isinstance(item, (Mapping, list)) for item in items):
+        return f"{name}: {_yaml_value(value)}"
+    block = yaml.dump(value, Dumper=_IndentedDumper, default_flow_style=False, sort_keys=False, width=1000)
+    return f"{name}:\n" + textwrap.indent(block.rstrip(), "  ")
 
 
 def _commented_vars(
@@ -42,7 +63,7 @@ def _commented_vars(
             lines += blocks[name]
         elif name in set_values:
             lines += [f"# {chunk}" for chunk in textwrap.wrap(why[name], 106)] if name in why else []
-            lines.append(f"{name}: {_yaml_value(set_values[name])}")
+            lines.append(_set_line(name, set_values[name]))
         else:
             lines.append(f"# {name}: {_yaml_value(var.default)}")
         lines.append("")
@@ -152,7 +173,11 @@ def render(
     control = {
         "localhost": {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
     }
-    inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": control}}}}
+    scale = any(specs.all_vars()[name].role == SCALE_ROLE for name in settings)
+    children: dict[str, Any] = {"gpu_nodes": {"hosts": hosts}, "k8s_control": {"hosts": control}}
+    if scale:
+        children[SCALE_GROUP] = {"hosts": {host: {} for host in hosts}}
+    inventory = {"all": {"children": children}}
     files = {
         "hosts.yml": (
             f"# nodeforge inventory for profile {profile}: {data['description']}\n"
@@ -179,11 +204,15 @@ def render(
     files["group_vars/all.yml"] = header + "\n".join(all_lines).rstrip() + "\n"
     worker_lines: list[str] = []
     for name, role in role_specs.items():
-        if name != GLOBAL_ROLE and not name.startswith(CLUSTER_ROLE_PREFIX):
+        if name != GLOBAL_ROLE and not name.startswith(CLUSTER_ROLE_PREFIX) and not (scale and name == SCALE_ROLE):
             worker_lines += _commented_vars(role, set_values, why)
     files["group_vars/gpu_nodes.yml"] = (
         header + ("\n".join(worker_lines).rstrip() or "# (no component role yet)") + "\n"
     )
+    if scale:
+        files[f"group_vars/{SCALE_GROUP}.yml"] = (
+            header + "\n".join(_commented_vars(role_specs[SCALE_ROLE], set_values, why)).rstrip() + "\n"
+        )
     return files
 
 
@@ -202,6 +231,33 @@ SAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
         "nodeforge_k8s_distribution": "openshift",
         "nodeforge_k8s_version": "1.33",
         "k8s_mpi_operator_tenants": ["ml-team"],
+        # The Redbook's DGX-1 workers are clients of its Scale clusters (3.3) and reach them through the CSI driver
+        # (3.4.5): the client settings of 3.3, the local cluster with the primary file system and the remote ESS.
+        # The GUI users' Secrets (csisecret-local, csisecret-remote) are created by the site (or through
+        # k8s_scale_csi_gui_secrets, vault-encrypted).
+        "scale_client_node_class": "dgx",
+        "scale_client_config": {
+            "dgx": {
+                "pagepool": "128G",
+                "workerThreads": 1024,
+                "ignorePrefetchLUNCount": True,
+                "maxFilesToCache": "1M",
+                "maxStatCache": "1M",
+                "verbsRdma": "enable",
+                "verbsRdmaSend": True,
+            },
+            "common": {"maxMBpS": 20000, "enforceFilesetQuotaOnRoot": True, "controlSetxattrImmutableSELinux": True},
+        },
+        "k8s_scale_csi_enabled": True,
+        "k8s_scale_csi_clusters": [
+            {
+                "id": "16217308676014575381",
+                "gui_hosts": ["192.0.2.30"],
+                "secret": "csisecret-local",
+                "primary": {"filesystem": "fs0", "fileset": "csifset"},
+            },
+            {"id": "215057217487177715", "gui_hosts": ["192.0.2.52"], "secret": "csisecret-remote"},
+        ],
     },
     "c4140-k8s": {"nodeforge_k8s_distribution": "kubernetes", "k8s_mpi_operator_tenants": ["ml-team"]},
     "vsphere-t4": {"nodeforge_k8s_distribution": "kubernetes"},
