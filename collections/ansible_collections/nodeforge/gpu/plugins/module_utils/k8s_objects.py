@@ -502,8 +502,13 @@ def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device
     """What the site's own GPU Operator values (k8s_gpu_operator_values) contradict of what nodeforge installs on a
     node (its nvidia_driver_source; the toolkit, always; nodeforge's device plugin when enabled): (found, expected)
     pairs, for nodeforge check and for the values builder alike."""
+
+    def enabled(section: str) -> Any:
+        found = values.get(section)
+        return found.get("enabled") if isinstance(found, Mapping) else None
+
     conflicts = []
-    driver = (values.get("driver") or {}).get("enabled") if isinstance(values.get("driver"), Mapping) else None
+    driver = enabled("driver")
     if driver is False and driver_source == "operator":
         conflicts.append(
             (
@@ -520,8 +525,7 @@ def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device
                 f"is operator and labels host-driver nodes {DEPLOY_DRIVER}=false",
             )
         )
-    toolkit = values.get("toolkit") if isinstance(values.get("toolkit"), Mapping) else {}
-    if toolkit.get("enabled") is True:
+    if enabled("toolkit") is True:
         conflicts.append(
             (
                 "toolkit.enabled: true",
@@ -529,8 +533,7 @@ def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device
                 "nvidia_container_toolkit), and a second one would reconfigure the container runtime",
             )
         )
-    plugin = values.get("devicePlugin") if isinstance(values.get("devicePlugin"), Mapping) else {}
-    if plugin.get("enabled") is True and device_plugin:
+    if enabled("devicePlugin") is True and device_plugin:
         conflicts.append(
             (
                 "devicePlugin.enabled: true with k8s_gpu_device_plugin_enabled true",
