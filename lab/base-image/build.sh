@@ -10,7 +10,7 @@ image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-debian12:latest}
 mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
 
-sum=$(sha256sum "$0" | cut -c1-16)
+sum=$(cat "$0" "$here/apt-proxy-detect" | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Config.Labels "org.nodeforge.build-sha" }}' "$image" 2>/dev/null || true)
 if [[ "$current" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
   echo "base image $image is current ($sum)"
@@ -25,7 +25,7 @@ root=$(mktemp -d /var/tmp/nodeforge-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "debootstrap bookworm into $root (about a minute)"
 debootstrap --variant=minbase \
-  --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,pciutils,kmod \
+  --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,pciutils,kmod,openssh-server \
   bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 
@@ -41,6 +41,21 @@ for unit in systemd-remount-fs.service getty.target console-getty.service system
   sys-kernel-debug.mount sys-kernel-tracing.mount systemd-firstboot.service; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
+# sshd, as on every real node (the lab reaches its nodes over SSH). No host keys in the image: each node gets its own,
+# from `nodeforge lab up` (which writes them to the lab's known_hosts) or, in any other container, generated at boot.
+rm -f "$root"/etc/ssh/ssh_host_*
+mkdir -p "$root/etc/systemd/system/ssh.service.d"
+cat >"$root/etc/systemd/system/ssh.service.d/nodeforge-host-keys.conf" <<'UNIT'
+[Service]
+ExecStartPre=
+ExecStartPre=/usr/bin/ssh-keygen -A
+ExecStartPre=/usr/sbin/sshd -t
+UNIT
+# The test harness's package cache (tools/apt_cache.py), when it answers on the node's gateway; otherwise apt goes
+# direct. Only Debian's archives go through it: fixture repositories and vendor mirrors are always fetched direct.
+install -m 0755 "$here/apt-proxy-detect" "$root/usr/local/sbin/nodeforge-apt-proxy-detect"
+echo 'Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/nodeforge-apt-proxy-detect";' \
+  >"$root/etc/apt/apt.conf.d/00nodeforge-proxy"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 # Empty lists must look stale: apt's cache_valid_time reads the age of this directory, and an image built less than
 # an hour ago would otherwise skip the first `apt-get update` and find no packages at all.
