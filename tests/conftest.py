@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,44 @@ LONG_TESTS = {
     "test_scenario[nvidia_driver_grid]": 207,
     "test_scenario[nodeforge]": 85,
 }
+
+
+def load_apt_cache():
+    """tools/apt_cache.py (tools/ is no package), loaded once."""
+    name = "nodeforge_apt_cache"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tools" / "apt_cache.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+APT_CACHE_KEY = pytest.StashKey[object]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The package cache every scenario and the lab fetch Debian's packages through (tools/apt_cache.py), started once
+    # per run by the xdist controller (or the only process without xdist), never by a worker; NODEFORGE_APT_CACHE=0
+    # leaves it off and the nodes fetch direct.
+    if hasattr(config, "workerinput") or os.environ.get("NODEFORGE_APT_CACHE", "1") == "0":
+        return
+    apt_cache = load_apt_cache()
+    try:
+        apt_cache.start(owner=os.getpid())
+    except (apt_cache.AptCacheError, OSError) as err:
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(f"no package cache, the nodes fetch direct: {err}"), stacklevel=2
+        )
+        return
+    config.stash[APT_CACHE_KEY] = apt_cache
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    apt_cache = config.stash.get(APT_CACHE_KEY, None)
+    if apt_cache is not None:
+        # Stopped once no other run on this machine uses it.
+        apt_cache.stop(owner=os.getpid())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -5,17 +5,43 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs conmon containernetworking-plugins
-  dpkg-dev apt-utils gnupg openssh-client python3-venv make)
+  dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
+SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
 if ((${#missing[@]})); then
   echo "setup: apt-get install ${missing[*]}"
-  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # apt-cacher-ng's postinst starts a system-wide instance listening on every interface; the tests run their own
+  # (tools/apt_cache.py: loopback and the podman gateway only, started and stopped by the harness). A policy-rc.d
+  # that refuses every start keeps the package from starting one; an existing policy-rc.d is left as it is.
+  policy=/usr/sbin/policy-rc.d
+  own_policy=0
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\n# nodeforge tools/setup.sh, during apt-get install only\nexit 101\n' | $SUDO tee $policy >/dev/null
+    $SUDO chmod 0755 $policy
+    own_policy=1
+  fi
+  status=0
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null || status=$?
+  ((own_policy)) && $SUDO rm -f $policy
+  ((status == 0)) || exit "$status"
+fi
+# The package also enables its service for the next boot (policy-rc.d only stops the start): disable it, and stop one
+# that runs already, so that port 3142 is free for the harness's instance. Checked every time: cheap, and a machine
+# where the package came in some other way gets the same treatment.
+if [[ -d /run/systemd/system ]]; then
+  if systemctl is-enabled --quiet apt-cacher-ng 2>/dev/null || systemctl is-active --quiet apt-cacher-ng 2>/dev/null; then
+    echo "setup: systemctl disable --now apt-cacher-ng (the tests run their own instance)"
+    $SUDO systemctl disable --now apt-cacher-ng >/dev/null 2>&1
+  fi
+elif [[ -x /etc/init.d/apt-cacher-ng ]] && compgen -G '/etc/rc[2-5].d/S*apt-cacher-ng' >/dev/null; then
+  echo "setup: update-rc.d apt-cacher-ng disable (the tests run their own instance)"
+  $SUDO update-rc.d apt-cacher-ng disable >/dev/null 2>&1 || true
+  $SUDO /etc/init.d/apt-cacher-ng stop >/dev/null 2>&1 || true
 fi
 
 stamp=.venv/.nodeforge-installed
