@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nodeforge import __version__, checks, lab, report, scaffold
+from nodeforge import __version__, ansible_settings, checks, lab, report, scaffold
 from nodeforge.collection import inventory_check
 from nodeforge.runner import EXIT_ERROR, RunOptions, run_playbook
 
@@ -161,6 +161,8 @@ def run_verb(
     spec = spec or VERBS[verb]
     console = _console(json_mode)
     checked = validate_or_exit(console, inputs, json_mode)
+    if kw.get("forks") is None:  # sized to the hosts the run targets, unless ANSIBLE_FORKS says otherwise
+        kw["forks"] = ansible_settings.forks(len(inputs.view.inventory.list_hosts(kw.get("limit") or "all")))
     opts = RunOptions(
         inventory=list(inputs.inventory),
         extravars={**checked, **(extravars or {})},

@@ -18,7 +18,7 @@ from typing import Any
 
 import ansible_runner
 
-from nodeforge import content
+from nodeforge import ansible_settings, content
 
 DEFAULT_KEEP_RUNS = int(os.environ.get("NODEFORGE_KEEP_RUNS", "10"))
 EXIT_OK, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_UNREACHABLE, EXIT_CANCELED = 0, 1, 2, 4, 130
@@ -233,6 +233,8 @@ def run_playbook(
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_NOCOLOR": "True",
+        # Pipelining, SSH multiplexing, the fact cache, the strategy (ansible_settings.py), unless the caller set them.
+        **ansible_settings.environment(state_dir()),
         **opts.envvars,
     }
     kwargs: dict[str, Any] = {
@@ -253,6 +255,8 @@ def run_playbook(
         "event_handler": progress.handle,
         "cancel_callback": canceller,
         "suppress_env_files": True,
+        # ansible-runner points the fact cache at each run's artifacts unless given a directory: the shared one.
+        **ansible_settings.fact_cache(state_dir()),
     }
     if opts.inventory:
         # Files and directories by absolute path; a host list ("node-01,node-02,") as it is.

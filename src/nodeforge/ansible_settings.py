@@ -1,0 +1,105 @@
+"""The Ansible settings nodeforge ships for every run: what a fleet of SSH-reached nodes needs, in one place.
+
+docs/ansible-settings.md explains each one and the measurements behind it. Every setting is a default: a variable
+already in the caller's environment wins (ANSIBLE_PIPELINING=False nodeforge provision ...), inventory variables
+win over both as they always do in Ansible (ansible_ssh_pipelining, ansible_ssh_args, ...), and `--forks` wins
+over the forks chosen from the inventory's size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+# How long gathered facts stay valid in the cache. A re-provision within this time reuses them (no setup round
+# trip per play); the reboot task clears a rebooted node's facts at once. Facts that a role reads and a node can
+# change under it (kernel, distribution, virtualization) only change across a reboot or an OS upgrade.
+FACT_CACHE_TIMEOUT_S = 1800
+# How long an idle SSH master connection stays open: long enough to span the gaps between plays and between the
+# `lab up` provision and an immediate re-run, short enough not to pile up connections to nodes left alone.
+CONTROL_PERSIST_S = 120
+FORKS_MIN = 5  # Ansible's own default
+FORKS_MAX = 64  # each fork is a controller process and an SSH session
+# ssh's ControlPath is a UNIX socket: 108 bytes, of which %C takes 40 and ssh's temporary suffix 17 more.
+CONTROL_PATH_DIR_MAX = 48
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    value: str
+    why: str
+
+
+def control_path_dir(state: Path) -> Path:
+    """Where SSH master sockets live: under the state directory when its path is short enough for a socket."""
+    preferred = state / "cp"
+    if len(str(preferred)) <= CONTROL_PATH_DIR_MAX:
+        return preferred
+    digest = hashlib.sha256(str(state).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"nodeforge-cp-{os.getuid()}-{digest}"
+
+
+def settings(state: Path) -> list[Setting]:
+    """The settings, with the paths under this state directory."""
+    return [
+        Setting(
+            "ANSIBLE_PIPELINING",
+            "True",
+            "one SSH round trip per task: the module goes to the node's Python on stdin, no temporary files",
+        ),
+        Setting(
+            "ANSIBLE_SSH_ARGS",
+            f"-C -o ControlMaster=auto -o ControlPersist={CONTROL_PERSIST_S}s",
+            "one SSH connection per node for the whole run (and the next run soon after), not one per task",
+        ),
+        Setting(
+            "ANSIBLE_SSH_CONTROL_PATH_DIR",
+            str(control_path_dir(state)),
+            "the master sockets, private to this state directory",
+        ),
+        Setting("ANSIBLE_GATHERING", "smart", "a play gathers facts only for hosts whose cached facts expired"),
+        Setting("ANSIBLE_CACHE_PLUGIN", "jsonfile", "facts kept between runs, one JSON file per host"),
+        Setting("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts"), "the fact cache, under the state directory"),
+        Setting("ANSIBLE_CACHE_PLUGIN_TIMEOUT", str(FACT_CACHE_TIMEOUT_S), "cached facts expire after 30 minutes"),
+        Setting(
+            "ANSIBLE_STRATEGY",
+            "linear",
+            "measured against free on the lab (docs/ansible-settings.md): no faster on a fleet of equal nodes, and "
+            "linear keeps the roles' order across hosts that the reboot batches and the output rely on",
+        ),
+    ]
+
+
+def environment(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings as environment variables for ansible-playbook, without those the caller already set."""
+    caller = os.environ if caller is None else caller
+    chosen = {s.name: s.value for s in settings(state) if s.name not in caller}
+    if "ANSIBLE_SSH_CONTROL_PATH_DIR" in chosen:
+        Path(chosen["ANSIBLE_SSH_CONTROL_PATH_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
+    return chosen
+
+
+def forks(hosts: int, caller: Mapping[str, str] | None = None) -> int | None:
+    """Forks sized to the hosts a run targets (at least Ansible's 5, at most 64); None when ANSIBLE_FORKS is set."""
+    caller = os.environ if caller is None else caller
+    if "ANSIBLE_FORKS" in caller:
+        return None
+    return max(FORKS_MIN, min(hosts, FORKS_MAX))
+
+
+def fact_cache(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
+    """ansible-runner's own fact cache options (it sets the cache variables itself, to a directory per run unless
+    told otherwise): the plugin and the directory the run uses, the caller's when set."""
+    caller = os.environ if caller is None else caller
+    plugin = caller.get("ANSIBLE_CACHE_PLUGIN", "jsonfile")
+    if plugin != "jsonfile":
+        return {"fact_cache_type": plugin}
+    return {
+        "fact_cache_type": plugin,
+        "fact_cache": caller.get("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts")),
+    }

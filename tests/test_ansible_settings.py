@@ -1,0 +1,97 @@
+"""The Ansible settings every run gets (ansible_settings.py): what ansible-playbook really ran with, read back
+through Ansible's own config lookup, its fact cache on disk and the command ansible-runner recorded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from nodeforge import ansible_settings
+from nodeforge.cli import main
+from nodeforge.runner import EXIT_OK, RunOptions, run_playbook
+from tests.conftest import PLAYBOOKS
+
+
+def test_control_path_dir_short_enough_for_a_socket(tmp_path):
+    assert ansible_settings.control_path_dir(Path("/root/.local/state/nodeforge")) == Path(
+        "/root/.local/state/nodeforge/cp"
+    )
+    deep = Path("/tmp/pytest-of-root/pytest-123/popen-gw1/test_something_long0/nodeforge-state")
+    chosen = ansible_settings.control_path_dir(deep)
+    # ssh adds "/" + 40 hex digits (%C) + a 17-character temporary suffix; a UNIX socket path has 108 bytes.
+    assert len(str(chosen)) + 1 + 40 + 17 < 108
+    assert chosen != ansible_settings.control_path_dir(deep / "other"), "two state directories share sockets"
+
+
+def test_callers_environment_wins(tmp_path):
+    chosen = ansible_settings.environment(tmp_path, {"ANSIBLE_PIPELINING": "False"})
+    assert "ANSIBLE_PIPELINING" not in chosen
+    assert chosen["ANSIBLE_CACHE_PLUGIN_CONNECTION"] == str(tmp_path / "facts")
+    sockets = Path(chosen["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+    assert sockets == ansible_settings.control_path_dir(tmp_path)
+    assert sockets.is_dir() and sockets.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    ("hosts", "env", "forks"), [(1, {}, 5), (16, {}, 16), (1000, {}, 64), (16, {"ANSIBLE_FORKS": "3"}, None)]
+)
+def test_forks_sized_to_the_inventory(hosts, env, forks):
+    assert ansible_settings.forks(hosts, env) == forks
+
+
+def _reported(artifacts: str, task: str) -> dict:
+    for event in sorted(Path(artifacts, "job_events").glob("*.json")):
+        data = json.loads(event.read_text())
+        if data.get("event") == "runner_on_ok" and data["event_data"].get("task") == task:
+            return data["event_data"]["res"]["msg"]
+    raise AssertionError(f"no result of {task!r} in {artifacts}")
+
+
+@pytest.mark.slow
+def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir):
+    first = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
+    assert first.exit_code == EXIT_OK
+    reported = _reported(first.artifacts, "Report the effective settings")
+    assert reported == {
+        "pipelining": True,
+        "gathering": "smart",
+        "cache_plugin": "jsonfile",
+        "cache_connection": str(state_dir / "facts"),
+        "strategy": "linear",
+    }
+    # Ansible's jsonfile cache wrote this host's facts under the state directory...
+    cached = json.loads((state_dir / "facts" / "localnode").read_text())
+    assert cached["ansible_distribution"] and cached["ansible_kernel"]
+    # ...and the next run reads them instead of gathering: one result fewer (no setup task on the host).
+    second = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
+    assert first.hosts["localnode"]["ok"] == 2
+    assert second.hosts["localnode"]["ok"] == 1
+
+
+@pytest.mark.slow
+def test_operator_environment_overrides_a_setting(local_inventory, monkeypatch):
+    monkeypatch.setenv("ANSIBLE_PIPELINING", "False")
+    monkeypatch.setenv("ANSIBLE_GATHERING", "explicit")
+    result = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
+    reported = _reported(result.artifacts, "Report the effective settings")
+    assert reported["pipelining"] is False and reported["gathering"] == "explicit"
+    assert reported["cache_plugin"] == "jsonfile"
+
+
+@pytest.mark.slow
+def test_cli_sizes_forks_to_the_targeted_hosts(tmp_path, state_dir):
+    hosts = "".join(f"        n{i:02d}:\n" for i in range(1, 9))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n" + hosts + "      vars:\n        nodeforge_profile: lab\n"
+        "        ansible_connection: local\n        ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
+    )
+    for argv, forks in ((["-i", str(inventory)], 8), (["-i", str(inventory), "--forks", "2"], 2)):
+        result = CliRunner().invoke(main, ["preflight", *argv, "--json", "--tags", "never"])
+        assert result.exit_code == 0, result.output
+        artifacts = json.loads(result.stdout)["artifacts"]
+        command = json.loads(Path(artifacts, "command").read_text())["command"]
+        assert command[command.index("--forks") + 1] == str(forks), command
