@@ -10,6 +10,7 @@ unexpected code, a playbook fails, output cannot be parsed). See bench/README.md
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -21,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +65,14 @@ class Bench:
         met_text = "-" if met is None else ("yes" if met else "no")
         self.rows.append(Row(metric, value, target, met_text, self.section))
 
-    def call(self, args: list[str], expect: tuple[int, ...] = (0,), what: str = "") -> tuple[float, str]:
+    def call(
+        self, args: list[str], expect: tuple[int, ...] = (0,), what: str = "", env: dict[str, str] | None = None
+    ) -> tuple[float, str]:
         """Run a subprocess; (wall seconds, stdout). Raises BenchFailure on an unexpected exit code."""
         started = time.perf_counter()
         try:
             proc = subprocess.run(
-                args, capture_output=True, text=True, env=self.env, timeout=CALL_TIMEOUT_S, check=False, cwd=ROOT
+                args, capture_output=True, text=True, env=env or self.env, timeout=CALL_TIMEOUT_S, check=False, cwd=ROOT
             )
         except subprocess.TimeoutExpired as exc:
             raise BenchFailure(f"{what or ' '.join(args)}: no answer within {CALL_TIMEOUT_S}s") from exc
@@ -99,6 +103,41 @@ def _median(samples: list[float]) -> str:
     """The median, and the range when there are several samples (run-to-run noise is part of the reading)."""
     median = _s(statistics.median(samples))
     return f"{median} ({min(samples):.2f}-{max(samples):.2f})" if len(samples) > 1 else median
+
+
+def task_times(artifacts: str) -> list[dict[str, Any]]:
+    """Each task's wall time in a run, from ansible-runner's job events: from its start to the next task's (or the
+    end of the run), so that every second of the play is on some task; with the role it belongs to."""
+    events = []
+    for path in Path(artifacts, "job_events").glob("*.json"):
+        event = json.loads(path.read_text())
+        if event.get("event") in ("playbook_on_task_start", "playbook_on_handler_task_start", "playbook_on_stats"):
+            events.append(event)
+    events.sort(key=lambda e: e["counter"])
+
+    def stamp(event: dict[str, Any]) -> float:
+        return datetime.fromisoformat(event["created"]).timestamp()
+
+    tasks = []
+    for current, following in itertools.pairwise(events):
+        if current["event"] == "playbook_on_stats":
+            continue
+        data = current.get("event_data") or {}
+        tasks.append(
+            {
+                "role": data.get("role") or f"play: {data.get('play', '')}",
+                "task": data.get("task", ""),
+                "wall_s": max(stamp(following) - stamp(current), 0.0),
+            }
+        )
+    return tasks
+
+
+def role_times(tasks: list[dict[str, Any]]) -> dict[str, float]:
+    times: dict[str, float] = {}
+    for task in tasks:
+        times[task["role"]] = times.get(task["role"], 0.0) + task["wall_s"]
+    return {role: round(wall, 2) for role, wall in sorted(times.items(), key=lambda kv: -kv[1])}
 
 
 def _changed(summary: dict[str, Any]) -> int:
@@ -334,6 +373,7 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
         _provision_ok(rerun, what, nodes)
         ratio = rerun_wall / first_wall
         changed = _changed(rerun)
+        first_tasks, rerun_tasks = task_times(first["artifacts"]), task_times(rerun["artifacts"])
         b.samples[f"lab{nodes}"] = {
             "first_wall_s": first_wall,
             "first_duration_s": first.get("duration_s"),
@@ -341,21 +381,89 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
             "rerun_wall_s": rerun_wall,
             "rerun_duration_s": rerun.get("duration_s"),
             "rerun_hosts": rerun.get("hosts"),
+            "first_roles_s": role_times(first_tasks),
+            "rerun_roles_s": role_times(rerun_tasks),
+            "rerun_top_tasks": sorted(rerun_tasks, key=lambda t: -t["wall_s"])[:10],
         }
         label = f"lab {nodes} node{'s' if nodes > 1 else ''}"
         b.row(f"{label}: up --provision from nothing: wall", _s(first_wall))
         b.row(f"{label}: first provision duration_s (JSON)", _s(float(first.get("duration_s", 0))))
-        b.row(f"{label}: rerun lab provision: wall", _s(rerun_wall))
-        b.row(f"{label}: rerun wall / first wall", f"{ratio:.0%}", "<= 15%", ratio <= 0.15)
+        b.row(f"{label}: no-op re-provision: wall", _s(rerun_wall))
+        target = "<= 15%" if nodes in (1, 4) else "-"
         b.row(
-            f"{label}: rerun duration_s / first duration_s",
+            f"{label}: no-op re-provision / first converge (wall)",
+            f"{ratio:.0%}",
+            target,
+            ratio <= 0.15 if nodes in (1, 4) else None,
+        )
+        b.row(
+            f"{label}: no-op / first, playbook duration_s only",
             f"{float(rerun.get('duration_s', 0)) / max(float(first.get('duration_s', 0)), 1e-9):.0%}",
         )
-        b.row(f"{label}: rerun changed (total)", str(changed), "0", changed == 0)
+        b.row(f"{label}: no-op re-provision changed (total)", str(changed), "0", changed == 0)
         if then:
             then(name)
     finally:
         lab_down(b, name)
+
+
+def bench_strategy(b: Bench, name: str, reps: int = 2) -> None:
+    """No-op re-provisions of the same lab with the linear and the free strategy, alternated."""
+    times: dict[str, list[float]] = {"linear": [], "free": []}
+    for i in range(reps):
+        order = ["linear", "free"] if i % 2 == 0 else ["free", "linear"]
+        for strategy in order:
+            what = f"lab provision --json --name {name}"
+            env = {**b.env, "ANSIBLE_STRATEGY": strategy}
+            wall, out = b.call([*NODEFORGE, *what.split()], what=f"{what} (strategy {strategy})", env=env)
+            _provision_ok(_json(out, what), what, int(name.removeprefix("bench")))
+            times[strategy].append(wall)
+    b.samples["strategy"] = times
+    b.row(f"no-op, {name}, strategy linear: wall, median of {reps}", _median(times["linear"]))
+    b.row(f"no-op, {name}, strategy free: wall, median of {reps}", _median(times["free"]))
+    b.row("free / linear (medians)", f"{statistics.median(times['free']) / statistics.median(times['linear']):.0%}")
+
+
+def scaling_rows(b: Bench) -> None:
+    one = b.samples.get("lab1")
+    for nodes in (4, 16):
+        many = b.samples.get(f"lab{nodes}")
+        if not one or not many:
+            continue
+        ratio = many["first_wall_s"] / one["first_wall_s"]
+        target = "<= 3x" if nodes == 16 else "-"
+        b.row(
+            f"{nodes} nodes / 1 node, up --provision wall", f"{ratio:.2f}x", target, ratio <= 3 if nodes == 16 else None
+        )
+
+
+def chart(samples: dict[str, Any], path: Path) -> Path | None:
+    """Per-role wall time of the 1-node lab's first provision and its no-op re-run, as a PNG."""
+    lab = samples.get("lab1")
+    if not lab:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    roles = list(dict.fromkeys([*lab["first_roles_s"], *lab["rerun_roles_s"]]))
+    first = [lab["first_roles_s"].get(r, 0.0) for r in roles]
+    rerun = [lab["rerun_roles_s"].get(r, 0.0) for r in roles]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(roles) + 1.5))
+    y = range(len(roles))
+    ax.barh([i - 0.2 for i in y], first, height=0.4, label=f"first provision ({sum(first):.0f} s)")
+    ax.barh([i + 0.2 for i in y], rerun, height=0.4, label=f"no-op re-provision ({sum(rerun):.0f} s)")
+    ax.set_yticks(list(y), [r.removeprefix("nodeforge.gpu.") for r in roles])
+    ax.invert_yaxis()
+    ax.set_xlabel("wall time per role (s), 1 lab node over SSH")
+    ax.set_title("nodeforge: where a provision spends its time")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -367,13 +475,13 @@ import ansible_runner
 cfg = json.loads(sys.argv[1])
 with tempfile.TemporaryDirectory(prefix="nodeforge-bench-runner-") as tmp:
     r = ansible_runner.run(private_data_dir=tmp, playbook=cfg["playbook"], project_dir=cfg["project_dir"],
-                           inventory=cfg["inventory"], quiet=True, envvars=cfg["envvars"])
+                           inventory=cfg["inventory"], quiet=True, envvars=cfg["envvars"], **cfg["fact_cache"])
     print(json.dumps({"status": r.status, "rc": r.rc, "stats": r.stats}))
 """
 
 
 def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
-    from nodeforge import content, lab
+    from nodeforge import ansible_settings, content, lab, runner
 
     inventory = str(lab.inventory_path(lab_name))
     playbook = content.playbook("site.yml").resolve()
@@ -384,7 +492,12 @@ def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
         "envvars": {
             "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()),
             "CONTAINERS_CONF": b.env["CONTAINERS_CONF"],
+            # The same shipped settings (pipelining, SSH multiplexing, fact cache) and known_hosts checking: what is
+            # compared is the CLI's own cost, not its settings.
+            "ANSIBLE_HOST_KEY_CHECKING": "True",
+            **ansible_settings.environment(runner.state_dir()),
         },
+        "fact_cache": ansible_settings.fact_cache(runner.state_dir()),
     }
     cli = [*NODEFORGE, "provision", "-i", inventory, "--json"]
     direct = [PYTHON, "-c", DIRECT, json.dumps(cfg)]
@@ -458,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s for s in SECTIONS if s in (args.only or SECTIONS)]
     check_reps = 3 if args.quick else 5
     overhead_reps = 3 if args.quick else 5  # K >= 3: each run is a full provision
-    lab_sizes = [1] if args.quick else [1, 4]
+    lab_sizes = [1] if args.quick else [1, 4, 16]
 
     state = Path(tempfile.mkdtemp(prefix="nodeforge-bench-"))
     env = dict(os.environ)
@@ -480,8 +593,13 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(("check", lambda: bench_check(b, check_reps, state)))
     if "lab" in sections:
         for n in lab_sizes:
-            then = (lambda name: bench_overhead(b, overhead_reps, name)) if n == 1 and "overhead" in sections else None
-            steps.append((f"lab {n}" + (" + overhead" if then else ""), lambda n=n, then=then: bench_lab(b, n, then)))
+            then = None
+            if n == 1 and "overhead" in sections:
+                then = lambda name: bench_overhead(b, overhead_reps, name)  # noqa: E731
+            elif n == 4:
+                then = lambda name: bench_strategy(b, name)  # noqa: E731
+            extra = {1: " + overhead", 4: " + strategy"}.get(n, "") if then else ""
+            steps.append((f"lab {n}{extra}", lambda n=n, then=then: bench_lab(b, n, then)))
     elif "overhead" in sections:
         steps.append(("overhead", lambda: bench_overhead_own_lab(b, overhead_reps)))
     for label, step in steps:
@@ -494,6 +612,8 @@ def main(argv: list[str] | None = None) -> int:
             b.failures.append(str(exc))
             print(f"FAILED: {exc}", file=sys.stderr, flush=True)
         print(f"-- {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    b.section = "lab"
+    scaling_rows(b)
     total = time.perf_counter() - started
 
     print_table(sorted(b.rows, key=lambda r: SECTIONS.index(r.section)))
@@ -518,6 +638,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     (RESULTS / "latest.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"results: {(RESULTS / 'latest.json').relative_to(ROOT)}")
+    png = chart(b.samples, RESULTS / "latest.png")
+    if png:
+        print(f"chart: {png.relative_to(ROOT)}")
     if b.failures:
         print(f"\n{len(b.failures)} run(s) failed outright; bench state kept in {state}:", file=sys.stderr)
         for failure in b.failures:
