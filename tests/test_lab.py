@@ -1,4 +1,5 @@
-"""The lab, end to end through the real CLI: two podman container nodes provisioned, summarised, removed."""
+"""The lab, end to end through the real CLI: two podman container nodes, reached over SSH with host key checking on,
+provisioned, summarised, removed."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from nodeforge import lab
 from nodeforge.cli import main
+from nodeforge.runner import RunOptions, run_playbook
 from tests.conftest import REPO
 
 pytestmark = [
@@ -45,6 +48,7 @@ def test_lab_up_provision_down(lab_name, tmp_path):
         assert counts["ok"] > 0
     assert summary["status"] == "successful"
     assert summary["failures"] == []
+    ssh_path_is_the_real_one(lab_name, nodes)
 
     for host in nodes:
         # The lab runs the driver roles: Debian's open 535 driver installed and held, nouveau blacklisted,
@@ -87,16 +91,81 @@ def test_lab_up_provision_down(lab_name, tmp_path):
     status = runner.invoke(main, ["lab", "status", "--name", lab_name])
     assert status.exit_code == 0
     for host in nodes:
-        assert f"{host}  running" in status.output
+        assert f"{host}  running  ssh 127.0.0.1:{_published_port(host)}" in status.output
 
     again = runner.invoke(main, ["lab", "provision", "--json", "--name", lab_name])
     assert again.exit_code == 0, again.output
     assert all(c["changed"] == 0 for c in json.loads(again.stdout)["hosts"].values())
 
+    host_key_checking_is_on(lab_name, nodes, tmp_path)
+
     down = runner.invoke(main, ["lab", "down", "--name", lab_name])
     assert down.exit_code == 0
     assert lab.nodes(lab_name) == []
     assert not lab.inventory_path(lab_name).exists()
+    assert not lab.lab_dir(lab_name).exists()  # the lab's keys and known_hosts go with it
+
+
+def _published_port(host: str) -> int:
+    return int(lab._podman("port", host, "22/tcp").stdout.strip().rpartition(":")[2])
+
+
+def ssh_path_is_the_real_one(lab_name: str, nodes: list[str]) -> None:
+    """Probes independent of the code under test: what podman and each node's own files say."""
+    inventory = lab.inventory_path(lab_name)
+    written = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_nodes"]
+    assert written["vars"]["ansible_connection"] == "ssh" and "podman" not in inventory.read_text()
+    known_hosts = dict(line.split(" ", 1) for line in lab.known_hosts_path(lab_name).read_text().splitlines())
+    keys = []
+    for host in nodes:
+        port = _published_port(host)
+        assert written["hosts"][host]["ansible_port"] == port
+        assert written["hosts"][host]["ansible_host"] == "127.0.0.1"
+        # The lab trusts the key the node itself serves, read from inside the node, not from what it answers.
+        own = lab._podman("exec", host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        assert known_hosts[f"[127.0.0.1]:{port}"] == f"{own[0]} {own[1]}"
+        keys.append(own[1])
+        # And the provision went through the node's sshd, with the lab's key.
+        log = lab._podman("exec", host, "journalctl", "-u", "ssh.service", "--no-pager").stdout
+        assert "Accepted publickey for root from" in log, log[-2000:]
+    assert len(set(keys)) == len(nodes)  # one host key per node
+    assert len(known_hosts) == len(nodes)
+
+
+PING = """\
+- name: Reach the lab's nodes
+  hosts: gpu_nodes
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
+def host_key_checking_is_on(lab_name: str, nodes: list[str], tmp_path) -> None:
+    """The first node's known_hosts entry replaced by the second node's key: ssh refuses the first node, reaches the
+    second; a run through nodeforge's runner reports the first unreachable with ssh's own verdict."""
+    lines = lab.known_hosts_path(lab_name).read_text().splitlines()
+    first = f"[127.0.0.1]:{_published_port(nodes[0])}"
+    second = next(line for line in lines if not line.startswith(f"{first} "))
+    tampered = tmp_path / "known_hosts"
+    tampered.write_text(f"{first} {second.split(' ', 1)[1]}\n{second}\n")
+    data = yaml.safe_load(lab.inventory_path(lab_name).read_text())
+    for i, host in enumerate(data["all"]["children"]["gpu_nodes"]["hosts"].values()):
+        host["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={tampered} -o StrictHostKeyChecking=yes"
+        # A fresh ControlPath (short: a socket's path has a length limit): a master connection the provision left
+        # open would carry this run without a new handshake, so without a host key check.
+        host["ansible_control_path"] = f"{tmp_path}/cp{i}"
+    inventory = tmp_path / "tampered.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    playbook = tmp_path / "ping.yml"
+    playbook.write_text(PING)
+    result = run_playbook(str(playbook), RunOptions(inventory=str(inventory)))
+    assert result.hosts[nodes[0]]["unreachable"] == 1, result.hosts
+    assert result.hosts[nodes[1]]["ok"] == 1 and result.hosts[nodes[1]]["unreachable"] == 0, result.hosts
+    [failure] = result.failures
+    assert failure.host == nodes[0] and failure.unreachable
+    assert "Host key verification failed" in failure.message, failure.message
 
 
 def test_lab_provision_without_lab_says_so():

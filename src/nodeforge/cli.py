@@ -269,7 +269,7 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
 
 @main.group(name="lab")
 def lab_group() -> None:
-    """The lab: podman containers as nodes, provisioned end to end through the CLI."""
+    """The lab: podman container nodes reached over SSH, provisioned through the CLI."""
 
 
 _lab_name = click.option("--name", default="lab", show_default=True, help="Lab name (containers nodeforge-NAME-N).")
@@ -293,7 +293,7 @@ def _lab_call(func: Any, *args: Any) -> Any:
 )
 @_lab_name
 def lab_up(nodes: int, then_provision: bool, json_mode: bool, toolkit_mirror: Path | None, name: str) -> None:
-    """Start N container nodes and write their inventory."""
+    """Start N container nodes (sshd on loopback ports) and write their inventory."""
     console = _console(json_mode)
     path = _lab_call(lab.up, name, nodes, toolkit_mirror)
     console.print(f"lab {name}: {len(_lab_call(lab.nodes, name))} node(s) up; inventory: {path}")
@@ -309,13 +309,7 @@ def _lab_provision(name: str, json_mode: bool, **kw: Any) -> int:
     path = lab.inventory_path(name)
     if not path.exists():
         raise click.ClickException(f"lab {name} is not up (no {path}); run: nodeforge lab up")
-    return run_verb(
-        "provision",
-        Inputs(inventory=(str(path),), extra_vars=kw.pop("extra_vars", ())),
-        json_mode,
-        envvars={"CONTAINERS_CONF": lab.podman_env()["CONTAINERS_CONF"]},
-        **kw,
-    )
+    return run_verb("provision", Inputs(inventory=(str(path),), extra_vars=kw.pop("extra_vars", ())), json_mode, **kw)
 
 
 @lab_group.command(name="provision")
@@ -331,7 +325,7 @@ def lab_provision(json_mode: bool, tags: str | None, extra_vars: tuple[str, ...]
 @lab_group.command(name="down")
 @_lab_name
 def lab_down(name: str) -> None:
-    """Remove the lab's containers and inventory."""
+    """Remove the lab's containers, inventory and keys."""
     removed = _lab_call(lab.down, name)
     _console().print(f"lab {name}: removed {', '.join(removed) if removed else 'nothing (no nodes)'}")
 
@@ -339,15 +333,17 @@ def lab_down(name: str) -> None:
 @lab_group.command(name="status")
 @_lab_name
 def lab_status(name: str) -> None:
-    """List the lab's nodes and their state."""
+    """List the lab's nodes, their state and SSH port."""
     console = _console()
     found = _lab_call(lab.nodes, name)
     if not found:
         console.print(f"lab {name}: no nodes")
         return
     for node in found:
-        console.print(f"{node.name}  {node.state}")
+        address = f"ssh {lab.LOOPBACK}:{node.port}" if node.port else "ssh: no port published"
+        console.print(f"{node.name}  {node.state}  {address}")
     console.print(f"inventory: {lab.inventory_path(name)}", soft_wrap=True)
+    console.print(f"known_hosts: {lab.known_hosts_path(name)}", soft_wrap=True)
 
 
 from nodeforge import k8s  # noqa: E402  (the k8s group registers itself on main)

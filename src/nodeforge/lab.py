@@ -1,9 +1,15 @@
-"""The lab: podman containers (Debian 12 + systemd) standing in for GPU nodes, reached with the podman connection."""
+"""The lab: podman containers (Debian 12 + systemd) standing in for GPU nodes, reached over SSH as real nodes are.
+
+Each node runs sshd on a loopback-forwarded port. `lab up` generates every node's host key on the controller before
+the node first boots and writes the lab's known_hosts from those keys (never from what a node answers), so host key
+checking stays on exactly as for a real inventory.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -18,6 +24,10 @@ from nodeforge.runner import RunOptions, run_playbook, state_dir
 
 IMAGE = os.environ.get("NODEFORGE_BASE_IMAGE", "localhost/nodeforge-debian12:latest")
 LABEL = "org.nodeforge.lab"
+LOOPBACK = "127.0.0.1"
+SSH_PORT = "22/tcp"
+SSH_USER = "root"
+KEY_TYPE = "ed25519"
 
 
 class LabError(RuntimeError):
@@ -28,6 +38,7 @@ class LabError(RuntimeError):
 class Node:
     name: str
     state: str
+    port: int | None = None  # the loopback port forwarded to the node's sshd
 
 
 def lab_dir(name: str) -> Path:
@@ -36,6 +47,20 @@ def lab_dir(name: str) -> Path:
 
 def inventory_path(name: str) -> Path:
     return lab_dir(name) / "hosts.yml"
+
+
+def client_key(name: str) -> Path:
+    """The lab's SSH client key (one per lab): its public half is every node's root authorized_keys."""
+    return lab_dir(name) / f"id_{KEY_TYPE}"
+
+
+def known_hosts_path(name: str) -> Path:
+    return lab_dir(name) / "known_hosts"
+
+
+def host_key(name: str, node: str) -> Path:
+    """A node's private host key, generated here and copied into the node before its first boot."""
+    return lab_dir(name) / "host_keys" / node / f"ssh_host_{KEY_TYPE}_key"
 
 
 def podman_env() -> dict[str, str]:
@@ -64,7 +89,145 @@ def ensure_image() -> None:
 def nodes(name: str) -> list[Node]:
     proc = _podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
     data = json.loads(proc.stdout or "[]")
-    return sorted((Node(c["Names"][0], c.get("State", "unknown")) for c in data), key=lambda n: n.name)
+    found = (Node(c["Names"][0], c.get("State", "unknown"), _ssh_port_of(c.get("Ports"))) for c in data)
+    return sorted(found, key=lambda n: n.name)
+
+
+def _ssh_port_of(ports: list[dict] | None) -> int | None:
+    """The host port forwarded to the node's sshd, from `podman ps --format json` (0 or absent: none yet)."""
+    for p in ports or []:
+        if p.get("container_port") == 22 and p.get("protocol", "tcp") == "tcp" and p.get("host_port"):
+            return int(p["host_port"])
+    return None
+
+
+def _private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)  # mkdir's mode is subject to the umask and ignored for a directory that exists
+    return path
+
+
+def _require(*tools: str) -> None:
+    for tool in tools:
+        if not shutil.which(tool):
+            raise LabError(f"{tool} is not installed (apt-get install openssh-client)")
+
+
+def keygen(path: Path, comment: str) -> Path:
+    """An ed25519 key pair at path (0600) and path.pub, unless both exist; returns the public key's path."""
+    public = path.with_name(path.name + ".pub")
+    if path.exists() and public.exists():
+        return public
+    _require("ssh-keygen")
+    _private_dir(path.parent)
+    path.unlink(missing_ok=True)
+    public.unlink(missing_ok=True)
+    cmd = ["ssh-keygen", "-q", "-t", KEY_TYPE, "-N", "", "-C", comment, "-f", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise LabError(f"ssh-keygen failed for {path}: {proc.stderr.strip()}")
+    path.chmod(0o600)
+    return public
+
+
+def known_hosts_line(port: int, public_key: str) -> str:
+    """ssh's known_hosts entry for a key served on a loopback port: `[127.0.0.1]:PORT TYPE BASE64` (no comment)."""
+    fields = public_key.split()
+    if len(fields) < 2 or not fields[0].startswith("ssh-"):
+        raise LabError(f"not an OpenSSH public key: {public_key[:60]!r}")
+    return f"[{LOOPBACK}]:{port} {fields[0]} {fields[1]}"
+
+
+def write_known_hosts(name: str, ports: dict[str, int]) -> Path:
+    """The lab's known_hosts, from the host keys generated for its nodes (never from what a node answers)."""
+    lines = []
+    for node, port in sorted(ports.items()):
+        public = host_key(name, node).with_name(host_key(name, node).name + ".pub")
+        if not public.exists():
+            raise _no_host_key(name, node)
+        lines.append(known_hosts_line(port, public.read_text()))
+    _private_dir(lab_dir(name))
+    path = known_hosts_path(name)
+    path.write_text("".join(f"{line}\n" for line in lines))
+    path.chmod(0o600)
+    return path
+
+
+def _no_host_key(name: str, node: str) -> LabError:
+    return LabError(
+        f"lab node {node} has no host key in {host_key(name, node).parent} (started by an older nodeforge, or the "
+        f"lab's directory was removed): run `nodeforge lab down --name {name}`, then `nodeforge lab up` again"
+    )
+
+
+def ssh_common_args(name: str) -> str:
+    """What the lab adds to every ssh command: its own known_hosts, and a host whose key differs is refused."""
+    return f"-o UserKnownHostsFile={shlex.quote(str(known_hosts_path(name)))} -o StrictHostKeyChecking=yes"
+
+
+def ssh_host_vars(name: str, port: int) -> dict[str, object]:
+    """The per-host connection values `lab up` adds to the sample's settings."""
+    return {
+        "ansible_host": LOOPBACK,
+        "ansible_port": port,
+        "ansible_ssh_private_key_file": str(client_key(name)),
+        "ansible_ssh_common_args": ssh_common_args(name),
+    }
+
+
+def _install_keys(name: str, container: str) -> None:
+    """Copy the node's host key pair and the lab's client public key into a node that is not running: sshd keeps
+    host keys it finds (the image's `ssh-keygen -A` only fills in missing ones)."""
+    key = host_key(name, container)
+    for src in (key, key.with_name(key.name + ".pub")):
+        _podman("cp", str(src), f"{container}:/etc/ssh/{src.name}")
+    staged = _private_dir(lab_dir(name) / "authorized")
+    authorized = staged / "authorized_keys"
+    shutil.copyfile(client_key(name).with_name(client_key(name).name + ".pub"), authorized)
+    authorized.chmod(0o600)
+    _podman("cp", f"{staged}/.", f"{container}:/root/.ssh")  # the directory's content, /root/.ssh created 0700
+
+
+def _published_port(container: str) -> int:
+    proc = _podman("port", container, SSH_PORT, check=False)
+    address = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
+    host, _, port = address.rpartition(":")
+    if proc.returncode != 0 or host != LOOPBACK or not port.isdigit():
+        raise LabError(
+            f"lab node {container} publishes no SSH port on {LOOPBACK} (created by an older nodeforge, reached "
+            f"with the podman connection?): run `nodeforge lab down`, then `nodeforge lab up` again"
+        )
+    return int(port)
+
+
+def ssh_command(name: str, port: int, *remote: str) -> list[str]:
+    """ssh to a lab node as Ansible reaches it: the lab's key and known_hosts, host key checking on."""
+    return [
+        "ssh", "-i", str(client_key(name)), "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={known_hosts_path(name)}", "-o", "StrictHostKeyChecking=yes",
+        "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(port), f"{SSH_USER}@{LOOPBACK}", *remote,
+    ]  # fmt: skip
+
+
+def _wait_ssh(name: str, container: str, port: int, timeout: float = 60.0) -> None:
+    """Until the node's sshd accepts the lab's key with the lab's known_hosts; a host key that differs fails now."""
+    deadline = time.monotonic() + timeout
+    error = ""
+    while time.monotonic() < deadline:
+        proc = subprocess.run(ssh_command(name, port, "true"), capture_output=True, text=True, check=False)
+        if proc.returncode == 0:
+            return
+        error = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"ssh exited {proc.returncode}"
+        if "Host key verification failed" in proc.stderr or "HOST IDENTIFICATION HAS CHANGED" in proc.stderr:
+            raise LabError(
+                f"lab node {container} ({LOOPBACK}:{port}) answers with a host key other than the one generated for "
+                f"it in {host_key(name, container).parent}: {error}"
+            )
+        time.sleep(0.5)
+    raise LabError(
+        f"lab node {container}: sshd on {LOOPBACK}:{port} did not accept the lab's key within "
+        f"{timeout:.0f}s: {error or '?'}"
+    )
 
 
 def _wait_booted(container: str, timeout: float = 90.0) -> None:
@@ -97,12 +260,18 @@ def _mirror_urls(group_vars: dict) -> dict[str, str]:
     return group_vars["nodeforge_manifest_overrides"][MIRROR_SECTION]
 
 
-def inventory(hosts: list[str], mirror: bool = True, fingerprints: list[str] | None = None) -> dict:
-    """The lab's inventory: the sample's group vars for these nodes, the mirror key's fingerprints pinned (the role
-    refuses any other key, as it does for NVIDIA's); without a mirror, NVIDIA's own repository."""
+def inventory(
+    hosts: list[str],
+    mirror: bool = True,
+    fingerprints: list[str] | None = None,
+    host_vars: dict[str, dict] | None = None,
+) -> dict:
+    """The lab's inventory: the sample's group vars for these nodes, each node's connection values (ssh_host_vars)
+    as its host vars, the mirror key's fingerprints pinned (the role refuses any other key, as it does for
+    NVIDIA's); without a mirror, NVIDIA's own repository."""
     data = sample()
     group = data["all"]["children"][GROUP]
-    group["hosts"] = {h: None for h in hosts}
+    group["hosts"] = {h: (host_vars or {}).get(h) for h in hosts}
     if mirror and fingerprints:
         _mirror_urls(group["vars"])["key_fingerprints"] = list(fingerprints)
     if not mirror:
@@ -113,11 +282,22 @@ def inventory(hosts: list[str], mirror: bool = True, fingerprints: list[str] | N
     return data
 
 
-def write_inventory(name: str, hosts: list[str], mirror: bool = True, fingerprints: list[str] | None = None) -> Path:
+def write_inventory(
+    name: str,
+    hosts: list[str],
+    mirror: bool = True,
+    fingerprints: list[str] | None = None,
+    ports: dict[str, int] | None = None,
+) -> Path:
+    """The lab's inventory file; hosts with a port in ports are reached over SSH on that loopback port."""
+    host_vars = {h: ssh_host_vars(name, port) for h, port in (ports or {}).items()}
     path = inventory_path(name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes.\n"
-    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror, fingerprints), sort_keys=False))
+    _private_dir(path.parent)
+    header = (
+        "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes, each\n"
+        "# reached over SSH on its loopback port with the lab's key and known_hosts (host key checking on).\n"
+    )
+    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror, fingerprints, host_vars), sort_keys=False))
     return path
 
 
@@ -154,35 +334,52 @@ def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
         toolkit_mirror = toolkit_mirror.resolve()
         check_mirror(toolkit_mirror)
         mirror_fingerprints(toolkit_mirror)  # a key that cannot be read stops here, before any container starts
+    _require("ssh", "ssh-keygen")
     ensure_image()
+    _private_dir(lab_dir(name))
+    keygen(client_key(name), f"nodeforge lab {name}")
+    _private_dir(lab_dir(name) / "host_keys")
     wanted = [f"nodeforge-{name}-{i}" for i in range(1, count + 1)]
     existing = {n.name: n for n in nodes(name)}
-    for container in wanted:
+    # Nodes beyond --nodes are kept (and started if stopped): `lab down` removes them; nothing is destroyed implicitly.
+    all_nodes = sorted(set(wanted) | set(existing))
+    for container in all_nodes:
         node = existing.get(container)
         if node is None:
+            keygen(host_key(name, container), f"{container} host key")
             _podman(
-                "run", "-d", "--name", container, "--hostname", container, "--label", f"{LABEL}={name}",
-                "--systemd=always", "--tmpfs", "/tmp", IMAGE, "/sbin/init",
+                "create", "--name", container, "--hostname", container, "--label", f"{LABEL}={name}",
+                "--systemd=always", "--tmpfs", "/tmp", "--publish", f"{LOOPBACK}::22", IMAGE, "/sbin/init",
             )  # fmt: skip
+            _first_start(name, container)
         elif node.state != "running":
-            _podman("start", container)
-    for container in wanted:
+            # Stopped, or created and never started: the same keys go in again, then it starts on the port podman
+            # chose when it was created.
+            _first_start(name, container)
+    for container in all_nodes:
         _wait_booted(container)
-    # Nodes beyond --nodes are left running: `lab down` removes them; nothing is destroyed implicitly.
+    ports = {container: _published_port(container) for container in all_nodes}
+    write_known_hosts(name, ports)
+    for container in all_nodes:
+        _wait_ssh(name, container, ports[container])
     fingerprints = mirror_fingerprints(toolkit_mirror) if toolkit_mirror is not None else None
-    path = write_inventory(name, sorted(set(wanted) | set(existing)), toolkit_mirror is not None, fingerprints)
+    path = write_inventory(name, all_nodes, toolkit_mirror is not None, fingerprints, ports)
     if toolkit_mirror is not None:
         _serve_mirror(path, toolkit_mirror)
     return path
 
 
+def _first_start(name: str, container: str) -> None:
+    """Keys into a node that is not running, then start it."""
+    if not host_key(name, container).exists():
+        raise _no_host_key(name, container)
+    _install_keys(name, container)
+    _podman("start", container)
+
+
 def _serve_mirror(inventory_file: Path, mirror: Path) -> None:
     """lab/serve_toolkit_mirror.yml: copy the mirror to every node and serve it on the node's loopback."""
-    opts = RunOptions(
-        inventory=str(inventory_file),
-        extravars={"lab_toolkit_mirror": str(mirror)},
-        envvars={"CONTAINERS_CONF": podman_env()["CONTAINERS_CONF"]},
-    )
+    opts = RunOptions(inventory=str(inventory_file), extravars={"lab_toolkit_mirror": str(mirror)})
     result = run_playbook(str(content.root() / "lab" / "serve_toolkit_mirror.yml"), opts)
     if result.rc != 0:
         detail = "; ".join(f"{f.host}: {f.task}: {f.message}" for f in result.failures) or result.error
