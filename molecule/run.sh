@@ -2,7 +2,9 @@
 # Runs one molecule scenario with the shared config, from the repository root.
 #   molecule/run.sh SCENARIO [COMMAND [ARGS...]]     COMMAND defaults to `test`
 #   e.g. molecule/run.sh preflight; molecule/run.sh preflight converge; molecule/run.sh preflight login
-# MOLECULE_DISTRO picks another (already present) image; the default one is built or validated first.
+# MOLECULE_DISTRO picks another (already present) image. Without it, the scenario runs on its family's image
+# (molecule/images.yml: the base image with its prepare.yml's preconditions baked, lab/images/build.sh) or on the base
+# image; both are built or validated first. NODEFORGE_FAMILY_IMAGES=0 runs every scenario on the base image.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +35,16 @@ command -v molecule >/dev/null || { echo "error: molecule is not installed (see 
 image=${MOLECULE_DISTRO:-$default_image}
 if [[ $image == "$default_image" ]]; then
   NODEFORGE_BASE_IMAGE=$default_image bash "$repo/lab/base-image/build.sh"
+fi
+if [[ -z ${MOLECULE_DISTRO:-} && ${NODEFORGE_FAMILY_IMAGES:-1} != 0 ]]; then
+  python=$(command -v python3)
+  [[ -x $repo/.venv/bin/python ]] && python=$repo/.venv/bin/python
+  family=$("$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["families"].get(sys.argv[2], ""))' \
+    "$repo/molecule/images.yml" "$scenario")
+  if [[ -n $family ]]; then
+    image=$(NODEFORGE_BASE_IMAGE=$default_image bash "$repo/lab/images/build.sh" "$family" | tail -1)
+    export MOLECULE_DISTRO=$image
+  fi
 fi
 if ! podman image exists "$image"; then
   echo "error: image $image is not present (it is never pulled: build it locally)" >&2
