@@ -2,9 +2,10 @@
 
 The role downloaded nvidia-linux-grid-580 580.95.05 from the manifest's URL (the node's loopback) with the
 manifest's sha256, installed and held it, wrote gridd.conf (FeatureType 4) and the client configuration token,
-and kept the token out of the Ansible log of check, converge and idempotence (all with --diff). The last test
-runs the converge playbook again in check mode without the package's URL. Commands run through `podman exec`
-(testinfra's podman backend); the playbook run uses molecule's inventory.
+and kept the token out of the Ansible log of check, converge and idempotence (all with --diff). nvidia-gridd is the
+role's to keep enabled and running: disabled and stopped behind its back, a check run reports it and a converge run
+enables and starts it again. The last test runs the converge playbook again in check mode without the package's
+URL. Commands run through `podman exec` (testinfra's podman backend); the playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations
@@ -89,11 +90,41 @@ def test_gridd_is_left_alone_in_a_container():
     assert log.count("nvidia-gridd was not restarted: a container never runs the driver.") == 2
 
 
-def test_gridd_is_enabled_and_running(node):
-    # The package enables and starts it (the role relies on that, as on NVIDIA's); the role never stops it.
-    gridd = node.service("nvidia-gridd")
-    assert gridd.is_enabled
-    assert gridd.is_running
+def gridd_state(node) -> tuple[str, str]:
+    """What systemd says of the unit: (is-enabled, is-active); both exit non-zero for disabled/inactive."""
+    enabled = node.run("systemctl is-enabled nvidia-gridd.service").stdout.strip()
+    active = node.run("systemctl is-active nvidia-gridd.service").stdout.strip()
+    return enabled, active
+
+
+def main_pid(node) -> str:
+    return node.check_output("systemctl show --property=MainPID --value nvidia-gridd.service")
+
+
+def test_the_role_keeps_gridd_enabled_and_running(node):
+    # The package's postinst enabled and started it at install, so converge found it so; what the role owns is
+    # keeping it so. A unit disabled and stopped since then is drift: check mode reports it, a real run repairs it.
+    assert gridd_state(node) == ("enabled", "active")
+    before = main_pid(node)
+    node.run_expect([0], "systemctl disable --now nvidia-gridd.service")
+    assert gridd_state(node) == ("disabled", "inactive")
+    try:
+        plan = verify_lib.run_playbook(CONVERGE, check=True)
+        assert plan.rc == 0, plan.failed
+        assert plan.host_result("Enable nvidia-gridd")["changed"] is True
+        assert plan.host_result("Start nvidia-gridd")["changed"] is True
+        assert gridd_state(node) == ("disabled", "inactive")  # check mode only reported it
+
+        run = verify_lib.run_playbook(CONVERGE)
+        assert run.rc == 0, run.failed
+        assert run.changed == ["nvidia_driver : Enable nvidia-gridd", "nvidia_driver : Start nvidia-gridd"]
+        assert gridd_state(node) == ("enabled", "active")
+        # A new daemon: systemd started the unit again (the one the package started is gone).
+        assert main_pid(node) not in ("0", before)
+        # The container's driver is the host's: nothing waits for a boot, so the run said nothing about one.
+        assert run.host_result("Report that nvidia-gridd starts with the driver").get("skipped") is True
+    finally:
+        node.run("systemctl enable --now nvidia-gridd.service")
 
 
 def test_facts_report_the_grid_driver(node, facts):
