@@ -359,11 +359,20 @@ def lab_down(b: Bench, name: str) -> None:
         b.failures.append(str(exc))
 
 
+def toolkit_mirror(b: Bench) -> Path:
+    """NVIDIA's toolkit repository is out of reach here: the signed stand-in in its layout, as `make lab` uses."""
+    mirror = ROOT / "build" / "lab-toolkit-mirror"
+    if "toolkit_mirror" not in b.samples:
+        b.call([PYTHON, str(ROOT / "tools" / "lab_toolkit_mirror.py"), str(mirror)], what="lab_toolkit_mirror.py")
+        b.samples["toolkit_mirror"] = str(mirror)
+    return mirror
+
+
 def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -> None:
     name = f"bench{nodes}"
     lab_down(b, name)  # from nothing: no containers, no inventory
     try:
-        what = f"lab up --nodes {nodes} --provision --json --name {name}"
+        what = f"lab up --nodes {nodes} --provision --json --name {name} --toolkit-mirror {toolkit_mirror(b)}"
         first_wall, out = b.call([*NODEFORGE, *what.split()], what=what)
         first = _json(out, what)
         _provision_ok(first, what, nodes)
@@ -538,7 +547,7 @@ def bench_overhead_own_lab(b: Bench, reps: int) -> None:
     name = "benchoh"
     lab_down(b, name)
     try:
-        what = f"lab up --nodes 1 --provision --json --name {name}"
+        what = f"lab up --nodes 1 --provision --json --name {name} --toolkit-mirror {toolkit_mirror(b)}"
         _, out = b.call([*NODEFORGE, *what.split()], what=what)
         _provision_ok(_json(out, what), what, 1)
         bench_overhead(b, reps, name)
@@ -602,6 +611,17 @@ def main(argv: list[str] | None = None) -> int:
             steps.append((f"lab {n}{extra}", lambda n=n, then=then: bench_lab(b, n, then)))
     elif "overhead" in sections:
         steps.append(("overhead", lambda: bench_overhead_own_lab(b, overhead_reps)))
+    # Debian's packages through the test harness's cache (tools/apt_cache.py), as `make test` does: 16 nodes would
+    # otherwise download the same packages 16 times. NODEFORGE_APT_CACHE=0 measures without it.
+    apt_cache = [PYTHON, str(ROOT / "tools" / "apt_cache.py")]
+    use_cache = "lab" in sections and os.environ.get("NODEFORGE_APT_CACHE", "1") != "0"
+    if use_cache:
+        try:
+            b.call([*apt_cache, "start", "--owner", str(os.getpid())], what="apt_cache.py start")
+        except BenchFailure as exc:
+            print(f"package cache not started, nodes fetch direct: {exc}", file=sys.stderr)
+            use_cache = False
+    b.samples["apt_cache"] = use_cache
     for label, step in steps:
         b.section = label.split()[0]
         t0 = time.perf_counter()
@@ -612,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
             b.failures.append(str(exc))
             print(f"FAILED: {exc}", file=sys.stderr, flush=True)
         print(f"-- {label}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    if use_cache:
+        b.call([*apt_cache, "stop", "--owner", str(os.getpid())], what="apt_cache.py stop")
     b.section = "lab"
     scaling_rows(b)
     total = time.perf_counter() - started

@@ -225,6 +225,26 @@ def test_dpkg_query_installed_of_several_packages():
     assert parsers.dpkg_query_installed("\n".join(lines) + "\n") == expected
 
 
+def test_dpkg_query_todo_skips_only_what_is_installed_at_the_version_and_held():
+    pkgs = ["nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container1"]
+    lines = ["nvidia-container-toolkit hi 1.20.0-1", "nvidia-container-toolkit-base hi 1.20.0-1"]
+    converged = [*lines, "libnvidia-container1 hi 1.20.0-1"]
+    assert parsers.dpkg_query_todo(converged, pkgs, "1.20.0-1") == {"install": [], "hold": []}
+    # Not installed ("un", or unknown to dpkg: no line at all): install and hold it.
+    for missing in (lines, [*lines, "libnvidia-container1 un "]):
+        todo = parsers.dpkg_query_todo(missing, pkgs, "1.20.0-1")
+        assert todo == {"install": ["libnvidia-container1"], "hold": ["libnvidia-container1"]}
+    # Installed at another version: install (the pin moves it) and hold again, even if it is held now.
+    todo = parsers.dpkg_query_todo([*lines, "libnvidia-container1 hi 1.19.0-1"], pkgs, "1.20.0-1")
+    assert todo == {"install": ["libnvidia-container1"], "hold": ["libnvidia-container1"]}
+    # Installed at the version but not held ("ii"): only the hold.
+    todo = parsers.dpkg_query_todo([*lines, "libnvidia-container1 ii 1.20.0-1"], pkgs, "1.20.0-1")
+    assert todo == {"install": [], "hold": ["libnvidia-container1"]}
+    # Removed with its configuration left ("rc") is not installed; without a version any installed one will do.
+    assert parsers.dpkg_query_todo(["rdma-core rc 44.0-2"], ["rdma-core"])["install"] == ["rdma-core"]
+    assert parsers.dpkg_query_todo(["rdma-core ii 44.0-2"], ["rdma-core"]) == {"install": [], "hold": ["rdma-core"]}
+
+
 def test_choose_version_of_a_branch_takes_the_newest_of_it():
     available = [*parsers.madison(output("apt-cache-madison-nvidia-debian12.txt")), "535.54.03-1", "550.1-1"]
     assert parsers.choose_version(available, "535.") == "535.261.03-1"

@@ -15,6 +15,7 @@ description:
     and version.
   - C(dpkg_query_installed) reads C(dpkg-query --showformat='${Package} ${db:Status-Abbrev}${Version}\\n') into
     the installed packages' versions by name.
+  - C(dpkg_query_todo) reads the same output into the packages still to install (at a version) and to hold.
   - C(dkms_status) reads C(dkms status) into a list of name, version, kernel, arch and state.
   - C(dkms_conf) reads a DKMS package's dkms.conf into name, version and its kernel modules (C(module_table)).
   - C(keyring_fingerprints) does the same for a binary keyring given as base64 text.
@@ -36,6 +37,7 @@ class FilterModule:
             "madison": parsers.madison,
             "dpkg_query_status": parsers.dpkg_query_status,
             "dpkg_query_installed": parsers.dpkg_query_installed,
+            "dpkg_query_todo": parsers.dpkg_query_todo,
             "dkms_status": parsers.dkms_status,
             "dkms_conf": parsers.dkms_conf,
             "openpgp_fingerprints": parsers.openpgp_fingerprints,

@@ -67,6 +67,23 @@ def dpkg_query_installed(stdout: str | list[str]) -> dict[str, str]:
     return installed
 
 
+def dpkg_query_todo(stdout: str | list[str], packages: list[str], version: str = "") -> dict[str, list[str]]:
+    """`dpkg-query --show --showformat='${Package} ${db:Status-Abbrev}${Version}\\n' PKG...` -> what apt and dpkg
+    still have to do for `packages` to be installed (at `version`, when given) and held: {install: [...], hold:
+    [...]}. A package to install is also one to hold again (an install moves it). Both empty: the package manager
+    has nothing to do, and a role can skip its calls."""
+    state = {}
+    for line in _text(stdout).splitlines():
+        name, _, status = line.partition(" ")
+        if name:
+            state[name] = dpkg_query_status(status)
+    install = [
+        p for p in packages if not state.get(p, {}).get("installed") or (version and state[p]["version"] != version)
+    ]
+    hold = [p for p in packages if p in install or not state.get(p, {}).get("held")]
+    return {"install": install, "hold": hold}
+
+
 def dkms_status(stdout: str | list[str]) -> list[dict]:
     """`dkms status` -> [{name, version, kernel, arch, state}], kernel and arch empty for "added" modules."""
     entries = []
