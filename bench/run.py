@@ -576,11 +576,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions; skip the 4-node lab")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only this section (repeatable)")
+    parser.add_argument("--sizes", help="lab sizes to measure, comma-separated (default 1,4,16; 1 with --quick)")
+    parser.add_argument("--reps", type=int, help="repetitions of the check and overhead measurements")
     args = parser.parse_args(argv)
     sections = [s for s in SECTIONS if s in (args.only or SECTIONS)]
     check_reps = 3 if args.quick else 5
     overhead_reps = 3 if args.quick else 5  # K >= 3: each run is a full provision
     lab_sizes = [1] if args.quick else [1, 4, 16]
+    if args.sizes:
+        lab_sizes = sorted({int(n) for n in args.sizes.split(",")})
+    if args.reps:
+        check_reps = overhead_reps = args.reps
 
     state = Path(tempfile.mkdtemp(prefix="nodeforge-bench-"))
     env = dict(os.environ)

@@ -14,20 +14,22 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 # first, so that neither worker is left with a long test at the end. Only the order depends on these numbers; a
 # test missing here runs after the listed ones.
 LONG_TESTS = {
-    "test_scenario[nvidia_driver_distro]": 1180,
-    "test_scenario[gpudirect_rdma]": 530,
-    "test_lab_up_provision_down": 600,
-    "test_scenario[nvidia_driver_cuda_repo]": 405,
-    "test_scenario[gpudirect_rdma_nv_peer_mem]": 395,
-    "test_scenario[nvidia_container_toolkit]": 390,
-    "test_scenario[ofed_inbox]": 360,
-    "test_scenario[ofed_doca]": 345,
-    "test_scenario[nvidia_container_toolkit_custom]": 340,
-    "test_scenario[selinux_modules]": 315,
-    "test_scenario[preflight]": 210,
-    "test_scenario[ofed_mlnx]": 208,
-    "test_scenario[nvidia_driver_grid]": 207,
-    "test_scenario[nodeforge]": 85,
+    "test_scenario[nvidia_driver_distro]": 925,
+    "test_lab_up_provision_down": 370,
+    "test_scenario[nvidia_driver_cuda_repo]": 320,
+    "test_scenario[gpudirect_rdma]": 260,
+    "test_scenario[nvidia_container_toolkit_custom]": 235,
+    "test_scenario[ofed_doca]": 220,
+    "test_scenario[selinux_modules]": 210,
+    "test_scenario[nvidia_container_toolkit]": 210,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 205,
+    "test_scenario[nvidia_driver_operator]": 180,
+    "test_scenario[ofed_inbox]": 170,
+    "test_scenario[ofed_mlnx]": 150,
+    "test_scenario[nvidia_driver_grid]": 135,
+    "test_scenario[scale_client]": 105,
+    "test_scenario[preflight]": 90,
+    "test_scenario[nodeforge]": 55,
 }
 
 
