@@ -33,7 +33,7 @@ RESULTS = ROOT / "bench" / "results"
 VENV_BIN = ROOT / ".venv" / "bin"
 PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
 NODEFORGE = [str(VENV_BIN / "nodeforge")] if (VENV_BIN / "nodeforge").exists() else [PYTHON, "-m", "nodeforge"]
-CALL_TIMEOUT_S = 600
+CALL_TIMEOUT_S = 1800  # a 16-node first provision on 2 cores takes longer than 10 minutes
 SECTIONS = ("check", "lab", "overhead")
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,7 +168,28 @@ HW_GROUPS: list[tuple[str, str, str, float, dict[str, Any]]] = [
     ("c4140_sjc", "dell-c4140", "rocky9", 0.15, {"nvidia_driver_flavor": "proprietary"}),
     ("c4140_fra", "dell-c4140", "rhel9", 0.10, {}),
     ("smc4029_fra", "supermicro-4029gp-tvrt", "ubuntu22.04", 0.15, {"preflight_enforce_pci": True}),
-    ("vsphere_t4_ams", "vsphere-t4-vgpu", "ubuntu22.04", 0.10, {"preflight_enforce_pci": False}),
+    (
+        "vsphere_t4_ams",
+        "vsphere-t4-vgpu",
+        "ubuntu22.04",
+        0.10,
+        {
+            "preflight_enforce_pci": False,
+            # The vGPU guest driver comes from the site's own copy of the Licensing Portal package.
+            "nodeforge_manifest_overrides": {
+                "nvidia_driver": {
+                    "grid": {
+                        "version": "580.95.05",
+                        "package": "nvidia-linux-grid-580",
+                        "deb": {
+                            "url": "http://mirror.ams.example.com/nvidia/nvidia-linux-grid-580_580.95.05_amd64.deb",
+                            "checksum": "sha256:" + "5" * 64,
+                        },
+                    }
+                }
+            },
+        },
+    ),
     ("dgxh100_sjc", "dgx-h100", "ubuntu24.04", 0.18, {"nvidia_driver_branch": "595"}),
     ("dgxh100_fra", "dgx-h100", "ubuntu24.04", 0.12, {"nodeforge_manifest_overrides": {"ofed": {"mode": "doca"}}}),
 ]
