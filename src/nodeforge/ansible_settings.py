@@ -69,7 +69,7 @@ def settings(state: Path) -> list[Setting]:
         Setting(
             "ANSIBLE_STRATEGY",
             "linear",
-            "measured against free on the lab (docs/ansible-settings.md): no faster on a fleet of equal nodes, and "
+            "measured against free on the 4-node lab (docs/ansible-settings.md): free's gain was within the noise, and "
             "linear keeps the roles' order across hosts that the reboot batches and the output rely on",
         ),
     ]
