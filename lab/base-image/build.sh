@@ -41,6 +41,14 @@ for unit in systemd-remount-fs.service getty.target console-getty.service system
   sys-kernel-debug.mount sys-kernel-tracing.mount systemd-firstboot.service; do
   ln -sf /dev/null "$root/etc/systemd/system/$unit"
 done
+# Debian's periodic jobs would change a test node on their own schedule: dpkg-db-backup rewrites /var/backups at
+# midnight (a CI run that crossed midnight failed preflight's "the role wrote nothing" check on it), apt-daily
+# refreshes the lists and takes apt's lock in the middle of a role's run. Masked, so that every change on a node
+# is one a test made.
+for unit in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer; do
+  rm -f "$root/etc/systemd/system/timers.target.wants/$unit"
+  ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
 # sshd, as on every real node (the lab reaches its nodes over SSH). No host keys in the image: each node gets its own,
 # from `nodeforge lab up` (which writes them to the lab's known_hosts) or, in any other container, generated at boot.
 rm -f "$root"/etc/ssh/ssh_host_*
