@@ -998,3 +998,46 @@ def test_the_redbook_s_scale_client_settings_pass(tmp_path):
         "common": {"maxMBpS": 20000, "enforceFilesetQuotaOnRoot": True, "controlSetxattrImmutableSELinux": True},
     }
     assert messages(scale_clients_inventory(tmp_path, {"scale_client_config": config})) == []
+
+
+def test_validate_thresholds_are_checked(tmp_path):
+    found = messages(
+        write_inventory(
+            tmp_path,
+            {"validate_rdma_min_bw_mbs": 20000, "validate_rdma_fraction": 1.5, "validate_nccl_max_latency_us": 0},
+        )
+    )
+    assert len(found) == 3, found
+    [floor] = [p for p in found if "validate_rdma_min_bw_mbs" in p]
+    assert "group_vars/gpu_nodes.yml: group gpu_nodes, for hosts node-01, node-02: validate_rdma_min_bw_mbs" in floor
+    assert "found 20000 MB/s on profile dgx-1 (HCAs at 100 Gb/s: at most 12500 MB/s)" in floor
+    assert (
+        "validate_rdma_fraction: found 1.5; expected a fraction of the HCAs' line rate above 0 and at most 1"
+        in " ".join(found)
+    )
+    assert "validate_nccl_max_latency_us: found 0; expected a number above 0 (microseconds)" in " ".join(found)
+
+
+def test_validate_threshold_types_are_checked(tmp_path):
+    [problem] = messages(write_inventory(tmp_path, {"validate_nccl_min_busbw_gbs": "fast"}))
+    assert "validate_nccl_min_busbw_gbs: found 'fast' (str); expected type float" in problem
+
+
+def test_validate_thresholds_that_fit_pass(tmp_path):
+    # The Redbook's floor (11,000 perftest MB/sec = 11534.3 MB/s) on EDR, per group.
+    assert (
+        messages(write_inventory(tmp_path, {"validate_rdma_min_bw_mbs": 11534.3, "validate_rdma_fraction": 0.8})) == []
+    )
+
+
+def test_validate_rdma_peer_names_another_worker(tmp_path):
+    hosts = {"node-01": {"validate_rdma_peer": "node-09"}, "node-02": {"validate_rdma_peer": "node-02"}}
+    found = messages(write_inventory(tmp_path, hosts=hosts))
+    assert sorted(p.removeprefix(f"{tmp_path}/") for p in found) == [
+        "hosts.yml: host node-01: validate_rdma_peer: found 'node-09', not a host of group gpu_nodes; expected a host"
+        " of gpu_nodes for ib_write_bw to measure against (unset: consecutive gpu_nodes pair up)",
+        "hosts.yml: host node-02: validate_rdma_peer: found 'node-02', the host itself; expected another host of"
+        " gpu_nodes",
+    ]
+    hosts = {"node-01": {"validate_rdma_peer": "node-02"}, "node-02": None}
+    assert messages(write_inventory(tmp_path / "ok", hosts=hosts)) == []

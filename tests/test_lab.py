@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
@@ -97,6 +98,7 @@ def test_lab_up_provision_down(lab_name, tmp_path):
     assert again.exit_code == 0, again.output
     assert all(c["changed"] == 0 for c in json.loads(again.stdout)["hosts"].values())
 
+    validate_checks_the_lab(lab_name, nodes, tmp_path)
     host_key_checking_is_on(lab_name, nodes, tmp_path)
 
     down = runner.invoke(main, ["lab", "down", "--name", lab_name])
@@ -130,6 +132,86 @@ def ssh_path_is_the_real_one(lab_name: str, nodes: list[str]) -> None:
         assert "Accepted publickey for root from" in log, log[-2000:]
     assert len(set(keys)) == len(nodes)  # one host key per node
     assert len(known_hosts) == len(nodes)
+
+
+def _exec(host: str, *argv: str) -> subprocess.CompletedProcess:
+    return lab._podman("exec", host, *argv, check=False)
+
+
+def validate_checks_the_lab(lab_name: str, nodes: list[str], tmp_path) -> None:
+    """`nodeforge validate` on the provisioned lab: each result against what the node itself says (podman exec, not
+    the role's probes), the reports read back, then a node whose containerd drop-in is gone fails that check."""
+    runner = CliRunner()
+    inventory = str(lab.inventory_path(lab_name))
+    out = {kind: tmp_path / f"validate.{kind}" for kind in ("json", "xml", "html")}
+    argv = [
+        "validate",
+        "-i",
+        inventory,
+        "--json",
+        str(out["json"]),
+        "--junit",
+        str(out["xml"]),
+        "--html",
+        str(out["html"]),
+    ]
+    run = runner.invoke(main, argv)
+    report = json.loads(out["json"].read_text())
+    for host in nodes:
+        checks = {c["check"]: c for c in report["hosts"][host]["checks"]}
+        for name in ("driver_version", "driver_flavor", "gpu_count", "gpu_model", "peer_memory", "cdi_gpus"):
+            assert checks[name]["status"] == "na" and checks[name]["reason"] == "profile lab has no GPU", checks[name]
+        assert checks["hca_ports"]["status"] == "na" and checks["hca_ports"]["reason"] == "no HCA in profile lab"
+        assert checks["ib_write_bw"]["status"] == "na" and "--perf" in checks["ib_write_bw"]["reason"]
+        # nouveau: the module lists the container sees (the host kernel's).
+        nouveau = _exec(host, "sh", "-c", "grep -q '^nouveau ' /proc/modules || test -e /sys/module/nouveau").returncode
+        visible = _exec(host, "sh", "-c", "test -r /proc/modules || test -d /sys/module").returncode == 0
+        expected = ("fail" if nouveau == 0 else "pass") if visible else "na"
+        assert checks["nouveau"]["status"] == expected, checks["nouveau"]
+        # ofed_mode inbox: Debian's rdma-core, at the version dpkg reports.
+        rdma_core = _exec(host, "dpkg-query", "-W", "-f", "${Version}", "rdma-core").stdout
+        assert checks["ofed_version"]["status"] == "pass"
+        assert checks["ofed_version"]["measured"] == f"rdma-core {rdma_core}"
+        # memlock: systemd's own view of containerd.service (not installed on the lab's nodes: not applicable).
+        shown = _exec(host, "systemctl", "show", "-p", "LoadState", "-p", "LimitMEMLOCK", "containerd").stdout
+        if "LoadState=not-found" in shown:
+            assert checks["memlock[containerd]"]["status"] == "na", checks["memlock[containerd]"]
+        else:
+            status = "pass" if "LimitMEMLOCK=infinity" in shown else "fail"
+            assert checks["memlock[containerd]"]["status"] == status, (shown, checks["memlock[containerd]"])
+        # The toolkit's runtime: containerd is not installed, so its files, merged as containerd imports them.
+        runtime = checks["runtime[containerd]"]
+        assert runtime["status"] == "pass" and "/etc/containerd/conf.d/99-nvidia.toml" in runtime["reason"], runtime
+        assert _exec(host, "test", "-d", "/var/lib/selinux/default").returncode != 0
+        assert checks["selinux_module[infiniband]"]["status"] == "na"
+        assert report["hosts"][host]["status"] == "passed"
+        assert report["hosts"][host]["counts"]["fail"] == 0
+    assert run.exit_code == 0, run.output
+    for host in nodes:
+        assert f"{host}: passed" in run.output
+    junit = ET.parse(out["xml"]).getroot()
+    total = sum(len(entry["checks"]) for entry in report["hosts"].values())
+    skipped = sum(entry["counts"]["na"] for entry in report["hosts"].values())
+    assert (junit.get("tests"), junit.get("failures"), junit.get("skipped")) == (str(total), "0", str(skipped))
+    assert sorted(s.get("name") for s in junit.findall("testsuite")) == nodes
+    page = out["html"].read_text()
+    for host in nodes:
+        assert host in page
+        for check in report["hosts"][host]["checks"]:
+            assert check["check"].replace("<", "&lt;").replace(">", "&gt;") in page
+
+    # A broken node: the nvidia runtime's drop-in removed behind nodeforge's back.
+    _exec(nodes[0], "rm", "/etc/containerd/conf.d/99-nvidia.toml")
+    broken = runner.invoke(main, ["validate", "-i", inventory, "--json"])
+    assert broken.exit_code == 2, broken.output
+    report = json.loads(broken.stdout)
+    first = {c["check"]: c for c in report["hosts"][nodes[0]]["checks"]}
+    assert (
+        first["runtime[containerd]"]["status"] == "fail"
+        and first["runtime[containerd]"]["measured"] == "no nvidia runtime"
+    )
+    assert [c["check"] for c in report["hosts"][nodes[0]]["checks"] if c["status"] == "fail"] == ["runtime[containerd]"]
+    assert report["hosts"][nodes[1]]["status"] == "passed"
 
 
 PING = """\

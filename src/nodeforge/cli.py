@@ -13,9 +13,9 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nodeforge import __version__, ansible_settings, checks, lab, report, scaffold
+from nodeforge import __version__, ansible_settings, checks, lab, report, scaffold, validate_report
 from nodeforge.collection import inventory_check
-from nodeforge.runner import EXIT_ERROR, RunOptions, run_playbook
+from nodeforge.runner import EXIT_ERROR, RunOptions, RunResult, run_playbook
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,8 @@ class Verb:
     help: str
     check: bool = False
     diff: bool = False
+    # Registered with options of its own below (the shared ones and more), not by the loop over this table.
+    own_command: bool = False
 
 
 # The one table of verbs that run Ansible.
@@ -33,6 +35,11 @@ VERBS: dict[str, Verb] = {
     ),
     "provision": Verb("site.yml", "Provision the node stack (preflight, then each component role)."),
     "plan": Verb("site.yml", "Show what provision would change, per host (check + diff mode).", check=True, diff=True),
+    "validate": Verb(
+        "validate.yml",
+        "Acceptance checks with thresholds, per node: pass, fail or not applicable (with the reason); reports.",
+        own_command=True,
+    ),
 }
 
 
@@ -116,8 +123,8 @@ class Inputs:
         return args + [f"--vault-password-file={f}" for f in self.vault_password_files]
 
 
-def ansible_options(func: Any) -> Any:
-    """The options every verb that runs Ansible shares."""
+def ansible_options(func: Any, json_option: bool = True) -> Any:
+    """The options every verb that runs Ansible shares (--json: a summary on stdout; validate has its own)."""
     options = [
         *inventory_options(),
         click.option("-l", "--limit", help="Limit to hosts or groups (Ansible pattern)."),
@@ -130,7 +137,7 @@ def ansible_options(func: Any) -> Any:
         click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts."),
         click.option("--json", "json_mode", is_flag=True, help="Print a machine-readable summary on stdout."),
     ]
-    for option in reversed(options):
+    for option in reversed(options if json_option else options[:-1]):
         func = option(func)
     return func
 
@@ -154,10 +161,12 @@ def run_verb(
     json_mode: bool,
     spec: Verb | None = None,
     extravars: dict[str, Any] | None = None,
+    present: Any = None,
     **kw: Any,
 ) -> int:
     """Check the inventory, then run the verb's playbook; `extravars` are the CLI's own (e.g. where render writes),
-    set over the operator's -e values."""
+    set over the operator's -e values. `present(console, result)`, when given, shows the result and returns the exit
+    code in place of the run summary."""
     spec = spec or VERBS[verb]
     console = _console(json_mode)
     checked = validate_or_exit(console, inputs, json_mode)
@@ -174,6 +183,8 @@ def run_verb(
     )
     with report.live_progress(console, enabled=not json_mode) as tick:
         result = run_playbook(spec.playbook, opts, on_tick=tick)
+    if present is not None:
+        return present(console, result)
     if json_mode:
         report.print_json(Console(), result.as_dict())
     else:
@@ -196,7 +207,54 @@ def _make_verb(name: str, verb: Verb) -> None:
 
 
 for _name, _verb in VERBS.items():
-    _make_verb(_name, _verb)
+    if not _verb.own_command:
+        _make_verb(_name, _verb)
+
+
+def _validate_options(func: Any) -> Any:
+    options = [
+        click.option("--perf", is_flag=True, help="Also run ib_write_bw between node pairs, NCCL and DCGM tests."),
+        click.option(
+            "--json",
+            "json_file",
+            is_flag=False,
+            flag_value="-",
+            default=None,
+            metavar="[FILE]",
+            help="Write every result as JSON to FILE; without FILE, on stdout (the tables then go to stderr).",
+        ),
+        click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="JUnit XML."),
+        click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="HTML summary."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return ansible_options(func, json_option=False)
+
+
+@main.command(name="validate", help=VERBS["validate"].help)
+@_validate_options
+def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_file: Path | None, **kw: Any) -> None:
+    """Exit code: 0 when every check passed or does not apply, non-zero when a check failed or a node was not
+    validated (unreachable, or the run stopped before its report)."""
+    to_stdout = json_file == "-"
+
+    def present(console: Console, result: RunResult) -> int:
+        found = validate_report.payload(result)
+        validate_report.print_table(console, found)
+        if result.error:
+            console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}")
+        if to_stdout:
+            report.print_json(Console(), found)
+        elif json_file:
+            validate_report.write_json(Path(json_file), found)
+        if junit_file:
+            junit_file.write_text(validate_report.junit(found))
+        if html_file:
+            html_file.write_text(validate_report.html_report(found))
+        return found["exit_code"]
+
+    extravars = {"validate_perf": True} if perf else {}
+    sys.exit(run_verb("validate", _inputs(kw), to_stdout, extravars=extravars, present=present, **kw))
 
 
 def _inputs(kw: dict[str, Any]) -> Inputs:

@@ -80,6 +80,8 @@ class RunResult:
     # Per host: Ansible's warnings and the roles' announcements (tasks named "Announce ..." / "Warn ...": a runtime
     # restart, a stack replacement, an unmet expectation), which the operator must see, not only the artifacts.
     notices: dict[str, list[str]] = field(default_factory=dict)
+    # Per host: the check results of role validate's "Report the acceptance checks" task (nodeforge validate).
+    acceptance: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -106,6 +108,7 @@ class RunResult:
             "changes": self.changes,
             "reboot_required": self.reboot_required,
             "notices": self.notices,
+            "acceptance": self.acceptance,
             "error": self.error,
         }
 
@@ -119,6 +122,8 @@ def _message(res: dict[str, Any]) -> str:
 
 
 NOTICE_TASKS = ("Announce ", "Warn ")
+# The task of role validate whose result carries a host's acceptance check results (ansible_facts.validate_results).
+ACCEPTANCE_TASK = "Report the acceptance checks"
 
 
 class Progress:
@@ -132,6 +137,7 @@ class Progress:
         self.changes: dict[str, list[str]] = defaultdict(list)
         self.reboot_required: dict[str, bool] = {}
         self.notices: dict[str, list[str]] = defaultdict(list)
+        self.acceptance: dict[str, list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
 
     def _notice(self, host: str, text: str) -> None:
@@ -162,6 +168,8 @@ class Progress:
                     counts["changed"] += 1
                     self.changes[host].append(data.get("task", ""))
                 facts = res.get("ansible_facts") or {}
+                if task_name == ACCEPTANCE_TASK and isinstance(facts.get("validate_results"), list):
+                    self.acceptance[host] = list(facts["validate_results"])
                 if "nodeforge_reboot_required" in facts:
                     self.reboot_required[host] = bool(facts["nodeforge_reboot_required"])
             elif kind == "runner_on_failed":
@@ -344,4 +352,5 @@ def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> 
         reboot_required=dict(progress.reboot_required),
         duration_s=duration,
         notices={h: list(n) for h, n in progress.notices.items() if n},
+        acceptance=dict(progress.acceptance),
     )

@@ -192,6 +192,8 @@ VALUE_PATTERNS: dict[str, tuple[str, str]] = {
     "selinux_modules_booleans{}": (r"[A-Za-z0-9_]+", "an SELinux boolean name"),
     "ofed_memlock_users[]": (r"[^\s#]+", "a limits.conf domain (a user, @group or *) without spaces or #"),
     "ofed_memlock_services[]": (r"[A-Za-z0-9@._:-]+", "a systemd unit name without .service, e.g. containerd"),
+    "validate_rdma_peer": (r"[A-Za-z0-9_.:@-]+", "an inventory host name"),
+    "validate_rdma_address": (r"[A-Za-z0-9_.:%-]+", "a host name or an IP address"),
     "scale_client_node_label": (
         r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
         r"=([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?",

@@ -419,6 +419,72 @@ def scale_client_config_fits_the_profile(ctx: HostModel) -> Iterator[Violation]:
         yield Violation(origin, path, found, expected)
 
 
+def _positive(value: Value | None) -> float | None:
+    """A threshold's number; None when unset or not a number (the schema check reports the type)."""
+    if value is None or isinstance(value.value, bool):
+        return None
+    try:
+        return float(value.value)
+    except (TypeError, ValueError):
+        return None
+
+
+@rule
+def validate_thresholds_fit(ctx: HostModel) -> Iterator[Violation]:
+    """nodeforge validate's thresholds: positive, a fraction of the line rate in (0, 1], and an explicit ib_write_bw
+    floor the profile's HCAs can reach (a floor above the line rate fails every node, whatever its state)."""
+    for name, unit in (
+        ("validate_rdma_min_bw_mbs", "MB/s"),
+        ("validate_nccl_min_busbw_gbs", "GB/s"),
+        ("validate_nccl_max_latency_us", "microseconds"),
+        ("validate_perf_timeout", "seconds"),
+    ):
+        value = ctx.get(name)
+        number = _positive(value)
+        if value is not None and number is not None and number <= 0:
+            yield Violation(value.origin, name, f"{value.value}", f"a number above 0 ({unit})")
+    fraction = ctx.get("validate_rdma_fraction")
+    share = _positive(fraction)
+    if fraction is not None and share is not None and not 0 < share <= 1:
+        yield Violation(
+            fraction.origin,
+            "validate_rdma_fraction",
+            f"{fraction.value}",
+            "a fraction of the HCAs' line rate above 0 and at most 1 (the default 0.9 is 11250 MB/s on 100 Gb/s EDR)",
+        )
+    floor = ctx.get("validate_rdma_min_bw_mbs")
+    number = _positive(floor)
+    rates = [h.get("rate_gbps") for h in (ctx.profile or {}).get("hcas") or [] if isinstance(h, Mapping)]
+    rates = [float(r) for r in rates if isinstance(r, (int, float)) and not isinstance(r, bool)]
+    if floor is not None and number and number > 0 and rates and number > min(rates) * 125:
+        yield Violation(
+            floor.origin,
+            "validate_rdma_min_bw_mbs",
+            f"{floor.value} MB/s on profile {ctx.profile_name} (HCAs at {min(rates):g} Gb/s: at most "
+            f"{min(rates) * 125:g} MB/s)",
+            "an ib_write_bw floor below the line rate of the profile's HCAs (MB/s of 10^6 bytes); unset, 90% of it",
+        )
+    peer = ctx.get("validate_rdma_peer")
+    if peer is not None and peer.explicit and str(peer.value) == ctx.host:
+        yield Violation(
+            peer.origin, "validate_rdma_peer", f"{peer.value!r}, the host itself", "another host of gpu_nodes"
+        )
+
+
+def rdma_peer_problems(ctx: HostModel, workers: list[str]) -> Iterator[Violation]:
+    """validate_rdma_peer names a host of gpu_nodes (an inventory-wide rule: the check's host loop calls it)."""
+    peer = ctx.get("validate_rdma_peer")
+    if peer is None or not peer.explicit or not isinstance(peer.value, str) or peer.value == ctx.host:
+        return
+    if peer.value not in workers:
+        yield Violation(
+            peer.origin,
+            "validate_rdma_peer",
+            f"{peer.value!r}, not a host of group gpu_nodes",
+            "a host of gpu_nodes for ib_write_bw to measure against (unset: consecutive gpu_nodes pair up)",
+        )
+
+
 def evaluate(ctx: HostModel) -> Iterator[Violation]:
     for check in RULES:
         yield from check(ctx)

@@ -526,7 +526,7 @@ class Checker:
             if overrides is not None and model.override_problems(overrides, model.manifest()):
                 continue  # the rules read the overridden manifest: its problems are reported where it is set
             host_model = model.HostModel(host, variables, origins)
-            for v in rules.evaluate(host_model):
+            for v in [*rules.evaluate(host_model), *rules.rdma_peer_problems(host_model, workers)]:
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
             for v in rules.evaluate_warnings(host_model):
                 cautions[(v.where, v.variable, v.found, v.expected)].append(host)

@@ -1,0 +1,34 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters over module_utils.validate: what role nodeforge.gpu.validate needs before its report."""
+
+from __future__ import annotations
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import validate
+
+DOCUMENTATION = r"""
+name: validate_rdma_pairs
+short_description: nodeforge.gpu validate helpers (ib_write_bw pairs and thresholds, probe sections)
+description:
+  - C(validate_rdma_pairs) pairs the play's hosts for ib_write_bw, [{server, client}]; its argument maps hosts to their
+    validate_rdma_peer; hosts without one pair up in the order given (the inventory's).
+  - C(validate_sections) splits a nodeforge validate probe's stdout into {name: {output, rc}}.
+  - C(validate_selinux_store) names the SELinux policy store the runtime probe found ("" for none).
+  - C(validate_tools) lists the performance tools (all_reduce_perf, dcgmi, ib_write_bw) the driver probe found.
+author: nodeforge
+options:
+  _input:
+    description: The play's hosts in inventory order, or a probe's stdout.
+    type: raw
+    required: true
+"""
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "validate_rdma_pairs": validate.rdma_pairs,
+            "validate_sections": validate.sections,
+            "validate_selinux_store": validate.selinux_store,
+            "validate_tools": validate.tools,
+        }

@@ -1,0 +1,20 @@
+# nodeforge validate: the RDMA probe (read-only); markers as in probe-driver.sh.
+probe() {
+  name=$1
+  shift
+  out=$("$@" 2>&1)
+  rc=$?
+  printf '%s\n@@nodeforge %s rc=%d@@\n' "$out" "$name" "$rc"
+}
+probe ofed_info ofed_info -s
+if command -v dpkg-query >/dev/null 2>&1; then
+  probe rdma_core dpkg-query -W -f '${Version}' rdma-core
+else
+  probe rdma_core rpm -q --qf '%{VERSION}-%{RELEASE}' rdma-core
+fi
+probe ibstat ibstat
+probe memory_peers sh -c 'cat /sys/kernel/mm/memory_peers/*/version'
+for service in $SERVICES; do
+  probe "memlock_$service" systemctl show -p LoadState -p LimitMEMLOCK "$service"
+done
+true

@@ -1,0 +1,436 @@
+"""`nodeforge validate` below the lab: the node checks of module_utils/validate.py on captured outputs
+(tests/data/outputs/validate), the probe scripts of role validate run for real, the runner's collection of the
+report task's results, and the report writers (JSON, JUnit read back with xml.etree, HTML)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.parsing.dataloader import DataLoader
+from click.testing import CliRunner
+from rich.console import Console
+
+from nodeforge import cli, validate_report
+from nodeforge.collection import model
+from nodeforge.runner import EXIT_HOST_FAILED, EXIT_OK, EXIT_UNREACHABLE, Failure, Progress, RunResult
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance, validate  # isort: skip
+
+REPO = Path(__file__).resolve().parent.parent
+OUTPUTS = Path(__file__).parent / "data" / "outputs" / "validate"
+ROLE = REPO / "roles" / "validate"
+
+
+def output(name: str) -> str:
+    return (OUTPUTS / name).read_text()
+
+
+def probe(**found: tuple[str, int]) -> str:
+    """A probe's stdout as the scripts of roles/validate/files print it: output, then the marker with the exit code."""
+    return "".join(
+        f"{text.rstrip(chr(10))}\n@@nodeforge {name.replace('__', ':')} rc={rc}@@\n"
+        for name, (text, rc) in found.items()
+    )
+
+
+def expect(profile: str, **variables) -> dict:
+    return validate.expectations(model.HostModel("node-01", {"nodeforge_profile": profile, **variables}))
+
+
+def by_check(results: list[dict]) -> dict[str, dict]:
+    return {r["check"]: r for r in results}
+
+
+DGX1_DRIVER = {
+    "proc_version": (output("proc-driver-nvidia-version-535-debian12.txt"), 0),
+    "modinfo_version": ("535.261.03", 0),
+    "modinfo_license": (output("modinfo-license-nvidia-kernel-dkms-535.txt"), 0),
+    "nvidia_smi": (output("nvidia-smi-query-gpu-dgx1.txt"), 0),
+    "nvidia_smi_remapped_rows": ("Field remapped_rows.pending is not supported", 2),
+    "proc_modules": ("nvidia 56602624 0 - Live 0x0\nib_core 487424 1 nvidia_peermem, Live 0x0\n", 0),
+    "sys_module": ("", 0),
+    "sys_module_nouveau": ("", 1),
+}
+
+
+def test_sections_read_back_outputs_and_exit_codes():
+    text = probe(proc_version=("cat: /proc/driver/nvidia/version: No such file or directory", 1), file__a=("x\ny", 0))
+    assert validate.sections(text) == {
+        "proc_version": {"output": "cat: /proc/driver/nvidia/version: No such file or directory", "rc": 1},
+        "file:a": {"output": "x\ny", "rc": 0},
+    }
+
+
+def test_probe_scripts_print_every_section(tmp_path):
+    """The real scripts under /bin/sh on this machine (no driver, no HCA): each section is there with its exit
+    code, and the selected files are printed byte for byte."""
+    config = tmp_path / "config.toml"
+    config.write_text('version = 2\nimports = ["/x/*.toml"]\n')
+    env = {
+        "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+        "LC_ALL": "C",
+        "GPU_QUERY": "index",
+        "REMAPPED_QUERY": "gpu_bus_id",
+        "SERVICES": "containerd crio",
+        "FILES": f"{config} {tmp_path}/missing.toml",
+    }
+    found = {}
+    for script in ("probe-driver.sh", "probe-rdma.sh", "probe-runtime.sh"):
+        run = subprocess.run(
+            ["/bin/sh", "-c", (ROLE / "files" / script).read_text()], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        found.update(validate.sections(run.stdout))
+    for name in ("proc_version", "modinfo_license", "nvidia_smi", "proc_modules", "sys_module_nouveau", "tool:dcgmi"):
+        assert name in found, name
+    for name in ("ofed_info", "rdma_core", "ibstat", "memory_peers", "memlock_containerd", "memlock_crio"):
+        assert name in found, name
+    assert found["containerd_config_dump"]["rc"] == (0 if Path("/usr/bin/containerd").exists() else 127)
+    assert found[f"file:{config}"] == {"output": config.read_text().rstrip("\n"), "rc": 0}
+    assert f"file:{tmp_path}/missing.toml" not in found
+    assert found["proc_version"]["rc"] != 0 or "NVRM" in found["proc_version"]["output"]
+
+
+def test_query_fields_are_the_parsers():
+    variables = DataLoader().load_from_file(str(ROLE / "vars" / "main.yml"))
+    assert variables["__validate_gpu_query"] == ",".join(acceptance.GPU_QUERY_FIELDS)
+    assert variables["__validate_remapped_query"] == ",".join(acceptance.REMAPPED_ROWS_QUERY_FIELDS)
+
+
+def test_dgx1_driver_checks_pass_on_its_outputs():
+    exp = expect(
+        "dgx-1", nvidia_driver_version="535.261.03", nvidia_driver_flavor="proprietary", validate_gpu_ecc="enabled"
+    )
+    results = by_check(validate.driver_checks(validate.sections(probe(**DGX1_DRIVER)), exp, {}))
+    assert {r["status"] for r in results.values()} == {"pass", "na"}
+    assert results["driver_version"]["measured"] == "535.261.03"
+    assert results["driver_flavor"]["measured"] == "proprietary"
+    assert results["gpu_count"]["measured"] == 8 and results["gpu_model"]["expected"] == "Tesla V100-SXM2"
+    assert results["gpu_ecc"]["status"] == "pass"
+    assert results["gpu_remapped_rows"]["status"] == "na"
+    assert results["nouveau"]["status"] == "pass"
+
+
+def test_loaded_driver_other_than_installed_or_pinned_fails():
+    exp = expect("dgx-1", nvidia_driver_version="580.126.20", nvidia_driver_flavor="open")
+    results = by_check(validate.driver_checks(validate.sections(probe(**DGX1_DRIVER)), exp, {}))
+    assert results["driver_version"]["status"] == "fail"
+    assert "expected 580.126.20" in results["driver_version"]["reason"]
+    assert results["driver_flavor"]["status"] == "fail"
+    # Nothing pinned: the installed module (modinfo) is the expectation; a reload pending shows.
+    exp = expect("dgx-1", nvidia_driver_branch="535", nvidia_driver_flavor="proprietary")
+    stale = {**DGX1_DRIVER, "modinfo_version": ("535.274.02", 0)}
+    check = by_check(validate.driver_checks(validate.sections(probe(**stale)), exp, {}))["driver_version"]
+    assert check["status"] == "fail" and check["expected"] == "535.274.02"
+
+
+def test_nouveau_loaded_fails_and_unreadable_module_lists_fail():
+    loaded = {**DGX1_DRIVER, "proc_modules": ("nouveau 2433024 0 - Live 0x0\n", 0)}
+    check = validate.nouveau_check(validate.sections(probe(**loaded)), {})
+    assert check["status"] == "fail" and "/proc/modules" in check["reason"]
+    built_in = {"proc_modules": ("", 1), "sys_module": ("", 0), "sys_module_nouveau": ("", 0)}
+    assert validate.nouveau_check(validate.sections(probe(**built_in)), {})["status"] == "fail"
+    blind = {"proc_modules": ("", 1), "sys_module": ("", 1), "sys_module_nouveau": ("", 1)}
+    assert validate.nouveau_check(validate.sections(probe(**blind)), {})["status"] == "fail"
+    assert validate.nouveau_check(validate.sections(probe(**blind)), {"in_container": True})["status"] == "na"
+
+
+def test_lab_profile_checks_that_do_not_apply_say_why():
+    exp = expect("lab", ofed_mode="inbox")
+    parsed = validate.sections(
+        probe(
+            proc_version=("cat: /proc/driver/nvidia/version: No such file or directory", 1),
+            proc_modules=("", 1),
+            sys_module=("", 0),
+            sys_module_nouveau=("", 1),
+            ofed_info=("sh: 1: ofed_info: not found", 127),
+            rdma_core=("44.0-2", 0),
+            memlock_containerd=("LoadState=not-found\nLimitMEMLOCK=8388608", 0),
+        )
+    )
+    results = by_check(
+        validate.driver_checks(parsed, exp, {"in_container": True})
+        + validate.rdma_checks(parsed, exp, {"in_container": True}, None)
+    )
+    for name in validate.DRIVER_CHECKS:
+        assert results[name] == acceptance.not_applicable(name, "profile lab has no GPU")
+    assert results["hca_ports"]["reason"] == "no HCA in profile lab"
+    assert results["peer_memory"]["status"] == "na"
+    assert results["memlock[containerd]"]["reason"] == "containerd.service is not installed on this node"
+    assert results["ofed_version"]["status"] == "pass" and results["ofed_version"]["measured"] == "rdma-core 44.0-2"
+    assert "host kernel" in results["nouveau"]["reason"]
+
+
+def test_gpu_profile_in_a_container_without_the_module_says_so():
+    exp = expect("dgx-h100")
+    parsed = validate.sections(
+        probe(proc_version=("No such file or directory", 1), sys_module=("", 0), sys_module_nouveau=("", 1))
+    )
+    results = by_check(validate.driver_checks(parsed, exp, {"in_container": True}))
+    assert results["driver_version"]["status"] == "na"
+    assert "container and shares the host's kernel" in results["driver_version"]["reason"]
+    # On a real node the missing module is a failure with the raw line.
+    results = by_check(validate.driver_checks(parsed, exp, {"in_container": False}))
+    assert (
+        results["driver_version"]["status"] == "fail"
+        and "No such file or directory" in results["driver_version"]["reason"]
+    )
+
+
+def test_rdma_checks_on_dgx1_outputs():
+    exp = expect("dgx-1", ofed_mode="mlnx_ofed", ofed_version="4.7-3.2.9.0")
+    parsed = validate.sections(
+        probe(
+            ofed_info=(output("ofed-info-s-mlnx-ofed-4.7-redbook.txt"), 0),
+            ibstat=(output("ibstat-dgx1-edr.txt"), 0),
+            memory_peers=(output("memory-peers-version-nvidia-peermem-535.txt"), 0),
+            memlock_containerd=("LoadState=loaded\n" + output("systemctl-show-limitmemlock-infinity.txt"), 0),
+        )
+    )
+    results = by_check(validate.rdma_checks(parsed, exp, {}, "535.261.03"))
+    assert results["ofed_version"]["status"] == "pass"
+    assert [results[f"hca_port[mlx5_{i}]"]["status"] for i in range(4)] == ["pass"] * 4
+    assert results["peer_memory"]["status"] == "pass"
+    assert results["memlock[containerd]"]["status"] == "pass"
+    default = validate.sections(
+        probe(memlock_containerd=("LoadState=loaded\n" + output("systemctl-show-limitmemlock-default.txt"), 0))
+    )
+    check = validate.memlock_checks(default, exp)[0]
+    assert check["status"] == "fail" and check["measured"] == 8388608
+    # The inbox stack with a vendor OFED installed is the wrong stack.
+    inbox = validate.ofed_check(
+        validate.sections(probe(ofed_info=(output("ofed-info-s-doca-ofed-24.10.txt"), 0))), {"ofed_mode": "inbox"}
+    )
+    assert inbox["status"] == "fail" and "OFED-internal-24.10-1.1.4" in inbox["reason"]
+
+
+CONFIG = """version = 2
+imports = ["/etc/containerd/conf.d/*.toml"]
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+"""
+DROPIN = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+def test_containerd_runtime_from_its_dump_or_its_files():
+    exp = expect("lab")
+    dumped = validate.sections(probe(containerd_config_dump=(DROPIN, 0)))
+    check = validate.containerd_check(dumped, exp)
+    assert check["status"] == "pass" and check["reason"] == "containerd config dump"
+    files = {"containerd_config_dump": ("", 127), "file:/etc/containerd/config.toml": (CONFIG, 0)}
+    missing = validate.containerd_check(validate.sections(probe(**files)), exp)
+    assert missing["status"] == "fail" and missing["measured"] == "no nvidia runtime"
+    files["file:/etc/containerd/conf.d/99-nvidia.toml"] = (DROPIN, 0)
+    merged = validate.containerd_check(validate.sections(probe(**files)), exp)
+    assert merged["status"] == "pass", merged
+    assert "/etc/containerd/conf.d/99-nvidia.toml" in merged["reason"]
+    # An import outside config.toml's imports does not count.
+    files["file:/etc/containerd/config.toml"] = (CONFIG.replace("imports", "# imports"), 0)
+    assert validate.containerd_check(validate.sections(probe(**files)), exp)["status"] == "fail"
+
+
+def test_cdi_spec_lists_the_gpus():
+    exp = expect("dgx-1")
+    spec = yaml.safe_dump(
+        {
+            "cdiVersion": "0.5.0",
+            "kind": "nvidia.com/gpu",
+            "devices": [{"name": str(i)} for i in range(8)] + [{"name": "all"}],
+        }
+    )
+    parsed = validate.sections(probe(**{"file:/var/run/cdi/nvidia.yaml": (spec, 0)}))
+    assert validate.cdi_check(parsed, exp, 8)["status"] == "pass"
+    assert validate.cdi_check(parsed, exp, 7)["status"] == "fail"
+    assert validate.cdi_check(validate.sections(""), exp, 8)["status"] == "fail"
+    assert validate.cdi_check(parsed, expect("lab"), None)["reason"] == "profile lab has no GPU"
+
+
+def test_rdma_pairs_from_the_inventory():
+    assert validate.rdma_pairs(["a", "b", "c", "d", "e"]) == [
+        {"server": "a", "client": "b"},
+        {"server": "c", "client": "d"},
+    ]
+    assert validate.rdma_pairs(["a", "b", "c"], {"c": "a"}) == [{"server": "a", "client": "c"}]
+    assert validate.rdma_pairs(["a", "b"], {"a": "zz"}) == []
+
+
+def test_perf_checks_judge_ib_write_bw_against_the_line_rate():
+    exp = expect("dgx-1")
+    ib = [{"item": {"name": f"mlx5_{i}"}, "stdout": output("ib-write-bw-redbook-004.txt"), "rc": 0} for i in range(4)]
+    results = validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": ib}, exp, "dgx01")
+    bw = [r for r in results if r["check"].startswith("ib_write_bw")]
+    # 11264.11 perftest MB/sec is 11811.28 MB/s, above 90% of 100 Gb/s (11250 MB/s).
+    assert [(r["status"], r["measured"], r["expected"]) for r in bw] == [("pass", 11811.28, 11250.0)] * 4
+    assert bw[0]["check"] == "ib_write_bw[mlx5_0 <-> dgx02]"
+    raised = expect("dgx-1", validate_rdma_min_bw_mbs=12000)
+    assert {
+        r["status"] for r in validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": ib}, raised, "x")[:4]
+    } == {"fail"}
+    others = by_check(results)
+    assert others["nccl_busbw"]["reason"] == "nccl-tests are not installed (no all_reduce_perf)"
+    assert others["dcgm_diag"]["reason"] == "DCGM is not installed (no dcgmi)"
+    dcgm = {
+        "enabled": True,
+        "peer": "dgx02",
+        "ib": ib,
+        "tools": ["dcgmi"],
+        "dcgm": {"stdout": output("dcgmi-diag-r1-persistence-fail.txt"), "rc": 226},
+    }
+    assert by_check(validate.perf_checks(dcgm, exp, "x"))["dcgm_diag"]["status"] == "fail"
+    assert validate.perf_checks({"enabled": False}, exp, "x")[0]["status"] == "na"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The runner collects the report task's results
+
+
+def _event(kind: str, host: str, task: str, res: dict) -> dict:
+    return {"event": kind, "event_data": {"host": host, "task": task, "res": res}}
+
+
+def test_runner_collects_the_report_task_results_per_host():
+    progress = Progress()
+    results = [acceptance.check_result("nouveau", "pass", "not loaded", "not loaded")]
+    progress.handle(
+        _event(
+            "runner_on_ok",
+            "n1",
+            "nodeforge.gpu.validate : Report the acceptance checks",
+            {"ansible_facts": {"validate_results": results}, "msg": ["n1: PASS nouveau"]},
+        )
+    )
+    # Another task's facts of that name do not count.
+    progress.handle(_event("runner_on_ok", "n2", "Something else", {"ansible_facts": {"validate_results": results}}))
+    assert progress.acceptance == {"n1": results}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reports
+
+
+def _result(acceptance_results: dict, hosts: dict, failures: list | None = None, rc: int = 2) -> RunResult:
+    return RunResult(
+        playbook="validate.yml",
+        status="failed" if rc else "successful",
+        rc=rc,
+        artifacts="/tmp/artifacts",
+        hosts=hosts,
+        failures=failures or [],
+        changes={},
+        reboot_required={},
+        duration_s=3.2,
+        acceptance=acceptance_results,
+    )
+
+
+COUNTS = dict.fromkeys(("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored"), 0)
+N1 = [
+    acceptance.check_result("nouveau", "pass", "not loaded", "not loaded"),
+    acceptance.check_result("ib_write_bw[mlx5_0 <-> n2]", "fail", 9000.5, 11250.0, "below the floor", "MB/s"),
+    acceptance.not_applicable("hca_ports", "no HCA in profile lab"),
+]
+
+
+def _mixed() -> RunResult:
+    return _result(
+        {"n1": N1},
+        {"n1": {**COUNTS, "ok": 9, "failed": 1}, "n2": {**COUNTS, "unreachable": 1}},
+        [Failure("n2", "Gathering Facts", "ssh: connect to host n2 port 22: Connection refused", unreachable=True)],
+    )
+
+
+def test_json_payload_and_exit_codes():
+    report = validate_report.payload(_mixed())
+    assert report["status"] == "failed" and report["exit_code"] == EXIT_HOST_FAILED
+    assert report["hosts"]["n1"]["counts"] == {"pass": 1, "fail": 1, "na": 1, "error": 0}
+    assert report["hosts"]["n2"]["status"] == "unreachable"
+    assert "Connection refused" in report["hosts"]["n2"]["checks"][0]["reason"]
+    passing = _result({"n1": [N1[0], N1[2]]}, {"n1": {**COUNTS, "ok": 9}}, rc=0)
+    assert validate_report.payload(passing)["exit_code"] == EXIT_OK
+    # The playbook succeeded but a check failed (a run without the role's assert): still not 0.
+    failing = _result({"n1": N1}, {"n1": {**COUNTS, "ok": 9}}, rc=0)
+    assert validate_report.payload(failing)["exit_code"] == EXIT_HOST_FAILED
+    only_unreachable = _result({}, {"n2": {**COUNTS, "unreachable": 1}}, rc=4)
+    assert validate_report.payload(only_unreachable)["exit_code"] == EXIT_UNREACHABLE
+
+
+def test_junit_reads_back_with_one_testcase_per_node_and_check():
+    root = ET.fromstring(validate_report.junit(validate_report.payload(_mixed())))
+    assert root.tag == "testsuites"
+    assert (root.get("tests"), root.get("failures"), root.get("skipped"), root.get("errors")) == ("4", "1", "1", "1")
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"n1", "n2"}
+    cases = {c.get("name"): c for c in suites["n1"].findall("testcase")}
+    assert set(cases) == {"nouveau", "ib_write_bw[mlx5_0 <-> n2]", "hca_ports"}
+    assert {c.get("classname") for c in cases.values()} == {"nodeforge.validate.n1"}
+    failure = cases["ib_write_bw[mlx5_0 <-> n2]"].find("failure")
+    assert failure.get("message") == "below the floor"
+    assert "measured: 9000.5 MB/s; expected: 11250.0 MB/s" in failure.text
+    assert cases["hca_ports"].find("skipped").get("message") == "no HCA in profile lab"
+    assert cases["nouveau"].find("failure") is None and cases["nouveau"].find("skipped") is None
+    [error] = suites["n2"].findall("testcase/error")
+    assert "Connection refused" in error.get("message")
+
+
+def test_html_shows_each_node_check_and_the_bandwidth_bar():
+    page = validate_report.html_report(validate_report.payload(_mixed()))
+    assert page.startswith("<!DOCTYPE html>")
+    for text in ("n1", "n2", "nouveau", "ib_write_bw[mlx5_0 &lt;-&gt; n2]", "hca_ports", "no HCA in profile lab"):
+        assert text in page, text
+    assert "<svg" in page and "9000.5 MB/s (floor 11250)" in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page  # no external assets
+    assert page.count('class="fail"') >= 2  # in the grid and in n1's table
+
+
+def test_console_table_keeps_check_names_with_brackets():
+    console = Console(record=True, width=200)
+    validate_report.print_table(console, validate_report.payload(_mixed()))
+    text = console.export_text()
+    assert "ib_write_bw[mlx5_0 <-> n2]" in text and "n1: failed (1 pass, 1 fail, 1 not applicable)" in text
+    assert "n2: unreachable" in text
+
+
+def test_cli_writes_every_report_and_exits_non_zero(tmp_path, monkeypatch):
+    """The verb through click, with the run replaced by a result: the table, the files, the exit code; -e values
+    (a secret here) never reach a report."""
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"gpu_nodes": {"hosts": {"n1": None}, "vars": {"nodeforge_profile": "lab"}}}}}
+        )
+    )
+    seen = {}
+
+    def fake_run(playbook, opts, on_tick=None):
+        seen["playbook"], seen["extravars"] = playbook, opts.extravars
+        return _mixed()
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    out = {kind: tmp_path / f"report.{kind}" for kind in ("json", "xml", "html")}
+    argv = ["validate", "-i", str(inventory), "--perf", "-e", "site_token=s3cret", "--json", str(out["json"])]
+    result = CliRunner().invoke(cli.main, [*argv, "--junit", str(out["xml"]), "--html", str(out["html"])])
+    assert result.exit_code == EXIT_HOST_FAILED, result.output
+    assert seen["playbook"] == "validate.yml" and seen["extravars"]["validate_perf"] is True
+    assert "ib_write_bw[mlx5_0 <-> n2]" in result.output
+    assert json.loads(out["json"].read_text())["hosts"]["n1"]["checks"] == N1
+    assert ET.parse(out["xml"]).getroot().get("failures") == "1"
+    for path in out.values():
+        assert "s3cret" not in path.read_text()
+    stdout = CliRunner().invoke(cli.main, ["validate", "-i", str(inventory), "--json"])
+    assert json.loads(stdout.stdout)["status"] == "failed"
+
+
+@pytest.mark.parametrize("name", ["validate.yml"])
+def test_the_verb_runs_the_validate_playbook(name):
+    assert cli.VERBS["validate"].playbook == name
+    assert (REPO / "playbooks" / name).is_file()
