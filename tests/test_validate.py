@@ -434,3 +434,65 @@ def test_cli_writes_every_report_and_exits_non_zero(tmp_path, monkeypatch):
 def test_the_verb_runs_the_validate_playbook(name):
     assert cli.VERBS["validate"].playbook == name
     assert (REPO / "playbooks" / name).is_file()
+
+
+def test_report_task_lines_read_as_sentences():
+    lines = validate.summary_lines(
+        "n1",
+        [
+            acceptance.not_applicable("gpu_count", "profile lab has no GPU"),
+            acceptance.check_result(
+                "memlock[containerd]", "fail", 8388608, "infinity", "LimitMEMLOCK is 8388608 bytes"
+            ),
+            acceptance.check_result("nouveau", "pass", "not loaded", "not loaded"),
+        ],
+    )
+    assert lines == [
+        "n1: NA gpu_count: profile lab has no GPU",
+        "n1: FAIL memlock[containerd]: 8388608 (expected infinity) - LimitMEMLOCK is 8388608 bytes",
+        "n1: PASS nouveau: not loaded (expected not loaded)",
+    ]
+
+
+def test_selinux_modules_at_the_versions_of_their_te_files():
+    te = (REPO / "roles" / "selinux_modules" / "files" / "infiniband.te").read_text()
+    version = validate.te_version(te)
+    assert version and f"module infiniband {version};" in te
+    assert validate.te_version("policy_module(nvidia_container)\n") == "1"
+    store = {
+        "wanted": {
+            "infiniband": {"installed": True, "version": version, "lang": "pp"},
+            "nvidia_container": {"installed": False, "shadowed_by": None},
+        }
+    }
+    node = {"selinux_store": store, "te_versions": {"infiniband": version, "nvidia_container": "1.0"}}
+    results = by_check(validate.selinux_checks(node, expect("dgx-1")))
+    assert results["selinux_module[infiniband]"]["status"] == "pass"
+    assert results["selinux_module[nvidia_container]"]["status"] == "fail"
+    store["wanted"]["infiniband"]["version"] = "0.9"
+    assert by_check(validate.selinux_checks(node, expect("dgx-1")))["selinux_module[infiniband]"]["status"] == "fail"
+    stores = probe(
+        selinux_stores=("targeted\n", 0), file__etc__selinux__config=("SELINUX=enforcing\nSELINUXTYPE=targeted\n", 0)
+    )
+    assert validate.selinux_store(stores.replace("file:etc:selinux:config", "file:/etc/selinux/config")) == "targeted"
+    assert validate.selinux_store(probe(selinux_stores=("ls: cannot access '/var/lib/selinux'", 2))) == ""
+
+
+@pytest.mark.slow
+def test_a_real_run_hands_each_host_s_results_to_the_runner(local_inventory):
+    """validate.yml on this machine (local connection, profile lab): the report task's results reach RunResult, the
+    checks the lab profile rules out say why, and the exit code follows the failed checks."""
+    from nodeforge.runner import RunOptions, run_playbook
+
+    result = run_playbook("validate.yml", RunOptions(inventory=str(local_inventory)))
+    checks = by_check(result.acceptance["localnode"])
+    for name in (*validate.DRIVER_CHECKS, "peer_memory", "cdi_gpus"):
+        assert checks[name]["status"] == "na" and checks[name]["reason"] == "profile lab has no GPU", checks[name]
+    assert checks["hca_ports"]["reason"] == "no HCA in profile lab"
+    assert {checks[name]["status"] for name in validate.PERF_CHECKS} == {"na"}
+    assert {c["status"] for c in checks.values()} <= {"pass", "fail", "na"}
+    failed = [name for name, c in checks.items() if c["status"] == "fail"]
+    assert result.exit_code == (EXIT_HOST_FAILED if failed else EXIT_OK)
+    if failed:
+        [failure] = result.failures
+        assert failure.message == f"localnode: {len(failed)} acceptance check(s) failed: {', '.join(failed)}"

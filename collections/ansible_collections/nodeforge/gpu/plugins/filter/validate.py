@@ -10,9 +10,9 @@ DOCUMENTATION = r"""
 name: validate_rdma_pairs
 short_description: nodeforge.gpu validate helpers (ib_write_bw pairs and thresholds, probe sections)
 description:
-  - C(validate_rdma_pairs) pairs the play's hosts for ib_write_bw, [{server, client}]; its argument maps hosts to their
-    validate_rdma_peer; hosts without one pair up in the order given (the inventory's).
-  - C(validate_sections) splits a nodeforge validate probe's stdout into {name: {output, rc}}.
+  - C(validate_rdma_pairs) pairs the play's hosts for ib_write_bw, a list of dicts with keys server and client; its
+    argument maps hosts to their validate_rdma_peer; hosts without one pair up in the order given (the inventory's).
+  - C(validate_sections) splits a nodeforge validate probe's stdout into a dict of sections, each with output and rc.
   - C(validate_selinux_store) names the SELinux policy store the runtime probe found ("" for none).
   - C(validate_tools) lists the performance tools (all_reduce_perf, dcgmi, ib_write_bw) the driver probe found.
 author: nodeforge

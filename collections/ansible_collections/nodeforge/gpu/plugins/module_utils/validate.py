@@ -576,14 +576,16 @@ def failed(results: Sequence[Mapping]) -> list[str]:
 
 
 def summary_lines(host: str, results: Sequence[Mapping]) -> list[str]:
-    """A readable line per check: STATUS check: measured (expected ...) - reason."""
+    """A readable line per check: "HOST: FAIL check: measured (expected E) - reason"."""
     lines = []
     for r in results:
         unit = f" {r['unit']}" if r.get("unit") else ""
-        measured = "-" if r.get("measured") is None else f"{r['measured']}{unit}"
-        expected = "" if r.get("expected") is None else f" (expected {r['expected']}{unit})"
-        reason = f" - {r['reason']}" if r.get("reason") else ""
-        lines.append(f"{host}: {str(r.get('status')).upper():4} {r.get('check')}: {measured}{expected}{reason}")
+        parts = [] if r.get("measured") is None else [f"{r['measured']}{unit}"]
+        if r.get("expected") is not None:
+            parts.append(f"(expected {r['expected']}{unit})")
+        if r.get("reason"):
+            parts.append(("- " if parts else "") + str(r["reason"]))
+        lines.append(f"{host}: {str(r.get('status')).upper()} {r.get('check')}: {' '.join(parts)}".rstrip(": "))
     return lines
 
 
