@@ -88,7 +88,15 @@ def test_probe_scripts_print_every_section(tmp_path):
         found.update(validate.sections(run.stdout))
     for name in ("proc_version", "modinfo_license", "nvidia_smi", "proc_modules", "sys_module_nouveau", "tool:dcgmi"):
         assert name in found, name
-    for name in ("ofed_info", "rdma_core", "ibstat", "memory_peers", "memlock_containerd", "memlock_crio"):
+    for name in (
+        "ofed_info",
+        "rdma_core",
+        "doca_profile",
+        "ibstat",
+        "memory_peers",
+        "memlock_containerd",
+        "memlock_crio",
+    ):
         assert name in found, name
     assert found["containerd_config_dump"]["rc"] == (0 if Path("/usr/bin/containerd").exists() else 127)
     assert found[f"file:{config}"] == {"output": config.read_text().rstrip("\n"), "rc": 0}
@@ -496,3 +504,16 @@ def test_a_real_run_hands_each_host_s_results_to_the_runner(local_inventory):
     if failed:
         [failure] = result.failures
         assert failure.message == f"localnode: {len(failed)} acceptance check(s) failed: {', '.join(failed)}"
+
+
+def test_doca_is_judged_by_its_profile_package():
+    exp = expect("dgx-h100", ofed_mode="doca")
+    assert (exp["ofed_version"], exp["doca_package"]) == ("3.4.1", "doca-ofed")
+    found = probe(ofed_info=(output("ofed-info-s-doca-ofed-24.10.txt"), 0), doca_profile=("3.4.1-1", 0))
+    check = validate.ofed_check(validate.sections(found), exp)
+    assert check["status"] == "pass" and check["measured"] == "doca-ofed 3.4.1-1"
+    assert "OFED-internal-24.10-1.1.4" in check["reason"]
+    older = probe(ofed_info=(output("ofed-info-s-doca-ofed-24.10.txt"), 0), doca_profile=("3.3.0-1", 0))
+    assert validate.ofed_check(validate.sections(older), exp)["status"] == "fail"
+    missing = probe(ofed_info=("sh: 1: ofed_info: not found", 127), doca_profile=("dpkg-query: no packages found", 1))
+    assert validate.ofed_check(validate.sections(missing), exp)["reason"] == "doca-ofed is not installed (no ofed_info)"

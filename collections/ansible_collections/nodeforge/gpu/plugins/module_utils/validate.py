@@ -93,6 +93,7 @@ def expectations(m: HostModel) -> dict:
         "ecc": {"enabled": True, "disabled": False}.get(ecc),
         "ofed_mode": ofed["__ofed_mode"],
         "ofed_version": ofed["__ofed_version"],
+        "doca_package": ofed["__ofed_doca_profile_package"],
         "peer_memory_module": str(_value(m, "gpudirect_rdma_module", "nvidia-peermem")),
         "peer_memory_load": as_bool(_value(m, "gpudirect_rdma_load", True)),
         "runtimes": runtimes,
@@ -215,6 +216,8 @@ def ofed_check(probes: Mapping[str, Mapping], exp: Mapping) -> dict:
     and the distribution's rdma-core."""
     mode = exp.get("ofed_mode")
     ofed_info = _section(probes, "ofed_info")
+    if mode == "doca":
+        return doca_check(probes, exp, ofed_info)
     if mode != "inbox":
         return acceptance.evaluate_ofed(ofed_info["output"], exp.get("ofed_version"))
     if ofed_info["rc"] == 0:
@@ -229,6 +232,19 @@ def ofed_check(probes: Mapping[str, Mapping], exp: Mapping) -> dict:
     if not rdma_core:
         return check_result("ofed_version", "fail", None, "inbox", "rdma-core is not installed (ofed_mode inbox)")
     return check_result("ofed_version", "pass", f"rdma-core {rdma_core}", "inbox", "the distribution's RDMA stack")
+
+
+def doca_check(probes: Mapping[str, Mapping], exp: Mapping, ofed_info: Mapping) -> dict:
+    """DOCA-OFED: the DOCA profile package at the manifest's DOCA version (ofed_info -s prints the release's MLNX_OFED
+    base, not the DOCA version, as role ofed reads it too), its kernel stack reported by ofed_info."""
+    expected = exp.get("ofed_version") or None
+    package = exp.get("doca_package") or "doca-ofed"
+    installed = (_ok(probes, "doca_profile") or "").strip()
+    kernel = acceptance._last_line(ofed_info["output"]) if ofed_info["rc"] == 0 else "no ofed_info"
+    if not installed:
+        return check_result("ofed_version", "fail", None, expected, f"{package} is not installed ({kernel})")
+    status = "pass" if not expected or acceptance._version_matches(installed, str(expected)) else "fail"
+    return check_result("ofed_version", status, f"{package} {installed}", expected, f"ofed_info -s: {kernel}")
 
 
 def peer_memory_check(probes: Mapping[str, Mapping], exp: Mapping, node: Mapping, loaded_driver: str | None) -> dict:
