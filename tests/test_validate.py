@@ -296,6 +296,16 @@ def test_perf_checks_judge_ib_write_bw_against_the_line_rate():
     }
     assert by_check(validate.perf_checks(dcgm, exp, "x"))["dcgm_diag"]["status"] == "fail"
     assert validate.perf_checks({"enabled": False}, exp, "x")[0]["status"] == "na"
+    # The server of the pair reports the same links, measured by its client.
+    served = by_check(validate.perf_checks({"enabled": True, "server_of": "dgx01", "served": ib}, raised, "dgx02"))
+    assert served["ib_write_bw[mlx5_3 <-> dgx01]"]["status"] == "fail"
+    assert served["ib_write_bw[mlx5_3 <-> dgx01]"]["reason"].startswith("measured by dgx01's client: ")
+    alone = validate.perf_checks({"enabled": True}, exp, "x")[0]
+    assert alone["check"] == "ib_write_bw" and alone["reason"].startswith("no peer in this run")
+    # A client that never got a report (the server was not there) fails with the raw line.
+    gone = [{"item": {"name": "mlx5_0"}, "stdout": "", "stderr": "Couldn't connect to dgx02:18515", "rc": 1}]
+    check = validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": gone}, exp, "x")[0]
+    assert check["status"] == "fail" and "Couldn't connect to dgx02:18515" in check["reason"]
 
 
 # ---------------------------------------------------------------------------------------------------------------

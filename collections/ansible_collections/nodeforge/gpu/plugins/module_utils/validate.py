@@ -520,27 +520,29 @@ def perf_checks(perf: Mapping, exp: Mapping, host: str) -> list[dict]:
     """ib_write_bw per HCA against its pair's server, NCCL all_reduce_perf and dcgmi diag -r 1.
 
     perf: {enabled, peer (the server this host is the client of), server_of (the client this host serves), ib
-    (the client loop's results, one per HCA, in the profile's order), nccl, dcgm (command results or None),
-    tools (the tools the probe found)}."""
+    (the client loop's results, one per HCA), served (on a server: its client's loop results), nccl, dcgm (command
+    results or None), tools (the tools the probe found)}."""
     if not perf.get("enabled"):
         return [not_applicable(check, "performance tests not run (nodeforge validate --perf)") for check in PERF_CHECKS]
     results = []
     hcas = exp.get("hcas") or []
     if not hcas:
         results.append(not_applicable("ib_write_bw", f"no HCA in profile {exp.get('profile')}"))
-    elif perf.get("server_of") and not perf.get("peer"):
-        results.append(not_applicable("ib_write_bw", f"measured on {perf['server_of']}, the client of this pair"))
-    elif not perf.get("peer"):
+    elif not perf.get("peer") and not perf.get("server_of"):
         reason = "no peer in this run (an odd number of gpu_nodes, or validate_rdma_peer names a host outside it)"
         results.append(not_applicable("ib_write_bw", reason))
     else:
-        runs = {str((r.get("item") or {}).get("name")): r for r in perf.get("ib") or [] if isinstance(r, Mapping)}
+        # The client's own runs; on the server of a pair, its client's (the same links, measured there).
+        other, key = (perf["peer"], "ib") if perf.get("peer") else (perf["server_of"], "served")
+        runs = {str((r.get("item") or {}).get("name")): r for r in perf.get(key) or [] if isinstance(r, Mapping)}
         for hca in hcas:
-            name = f"ib_write_bw[{hca.get('name')} <-> {perf['peer']}]"
+            name = f"ib_write_bw[{hca.get('name')} <-> {other}]"
             output, rc = _command_result(runs.get(str(hca.get("name"))))
             result = acceptance.evaluate_ib_write_bw(output, rdma_threshold(hca, exp), name)
             if rc not in (0, -1) and result["status"] == "pass":
                 result = check_result(name, "fail", result["measured"], result["expected"], f"exit code {rc}")
+            if key == "served":
+                result["reason"] = f"measured by {other}'s client: {result['reason']}"
             results.append(result)
     tools = set(perf.get("tools") or [])
     if not exp.get("gpus"):
