@@ -5,6 +5,7 @@ report task's results, and the report writers (JSON, JUnit read back with xml.et
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -527,3 +528,50 @@ def test_doca_is_judged_by_its_profile_package():
     assert validate.ofed_check(validate.sections(older), exp)["status"] == "fail"
     missing = probe(ofed_info=("sh: 1: ofed_info: not found", 127), doca_profile=("dpkg-query: no packages found", 1))
     assert validate.ofed_check(validate.sections(missing), exp)["reason"] == "doca-ofed is not installed (no ofed_info)"
+
+
+FAKE_PERFTEST = """#!/bin/sh
+# Stand-in for perftest's ib_write_bw (no HCA here): records its arguments, prints the Redbook's captured report.
+echo "$*" >> "$(dirname "$0")/calls"
+cat "$(dirname "$0")/report.txt"
+"""
+
+
+@pytest.mark.slow
+def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_thresholds(tmp_path, monkeypatch):
+    """--perf through the real playbook on three local hosts of profile dgx-1 (four HCAs): n1 serves n2, n3 has no
+    peer. ib_write_bw is a stand-in that prints the Redbook's captured report (11811.28 MB/s): n2 passes the
+    default floor (11250), n1's raised floor (12000, a host variable) fails the same links."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ib_write_bw").write_text(FAKE_PERFTEST)
+    (bin_dir / "ib_write_bw").chmod(0o755)
+    (bin_dir / "report.txt").write_text(output("ib-write-bw-redbook-004.txt"))
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    inventory = tmp_path / "hosts.yml"
+    local = {
+        "ansible_connection": "local",
+        "ansible_host": "127.0.0.1",
+        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+    }
+    hosts = {"n1": {"validate_rdma_min_bw_mbs": 12000}, "n2": None, "n3": None}
+    inventory.write_text(
+        yaml.safe_dump(
+            {"all": {"children": {"gpu_nodes": {"hosts": hosts, "vars": {**local, "nodeforge_profile": "dgx-1"}}}}}
+        )
+    )
+    report_file = tmp_path / "report.json"
+    run = CliRunner().invoke(cli.main, ["validate", "-i", str(inventory), "--perf", "--json", str(report_file)])
+    report = json.loads(report_file.read_text())
+    assert run.exit_code == EXIT_HOST_FAILED, run.output
+    calls = sorted((bin_dir / "calls").read_text().splitlines())
+    hcas = [f"mlx5_{i}" for i in range(4)]
+    servers = [f"-d {h} -i 1 -p {18515 + i} -F -s 65536" for i, h in enumerate(hcas)]
+    assert calls == sorted(servers + [f"{s} 127.0.0.1" for s in servers])
+    checks = {host: {c["check"]: c for c in entry["checks"]} for host, entry in report["hosts"].items()}
+    for hca in hcas:
+        client = checks["n2"][f"ib_write_bw[{hca} <-> n1]"]
+        assert (client["status"], client["measured"], client["expected"]) == ("pass", 11811.28, 11250.0)
+        server = checks["n1"][f"ib_write_bw[{hca} <-> n2]"]
+        assert (server["status"], server["measured"], server["expected"]) == ("fail", 11811.28, 12000.0)
+    assert checks["n3"]["ib_write_bw"]["status"] == "na"
