@@ -119,10 +119,26 @@ def test_dgx1_driver_checks_pass_on_its_outputs():
     assert {r["status"] for r in results.values()} == {"pass", "na"}
     assert results["driver_version"]["measured"] == "535.261.03"
     assert results["driver_flavor"]["measured"] == "proprietary"
-    assert results["gpu_count"]["measured"] == 8 and results["gpu_model"]["expected"] == "Tesla V100-SXM2"
+    assert results["gpu_count"]["measured"] == 8 and results["gpu_model"]["expected"] == "V100-SXM2"
     assert results["gpu_ecc"]["status"] == "pass"
     assert results["gpu_remapped_rows"]["status"] == "na"
     assert results["nouveau"]["status"] == "pass"
+
+
+def test_gpu_model_is_matched_against_the_name_nvidia_smi_prints():
+    # DGX H100 GPUs call themselves "NVIDIA H100 80GB HBM3"; the profile's model ("H100 SXM5 80GB") is no substring.
+    smi = "".join(
+        f"{i}, NVIDIA H100 80GB HBM3, 00000000:{bus}:00.0, Enabled, Enabled, No\n"
+        for i, bus in enumerate(("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"))
+    )
+    found = dict(DGX1_DRIVER, nvidia_smi=(smi, 0))
+    results = by_check(validate.driver_checks(validate.sections(probe(**found)), expect("dgx-h100"), {}))
+    assert results["gpu_model"]["expected"] == "H100 80GB HBM3"
+    assert results["gpu_model"]["status"] == "pass", results["gpu_model"]
+    assert results["gpu_count"]["status"] == "pass"
+    # And a DGX-1's V100s are not H100s.
+    results = by_check(validate.driver_checks(validate.sections(probe(**DGX1_DRIVER)), expect("dgx-h100"), {}))
+    assert results["gpu_model"]["status"] == "fail"
 
 
 def test_loaded_driver_other_than_installed_or_pinned_fails():

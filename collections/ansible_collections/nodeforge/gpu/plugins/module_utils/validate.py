@@ -84,7 +84,8 @@ def expectations(m: HostModel) -> dict:
     return {
         "profile": m.profile_name,
         "gpus": int(table(profile, "expected").get("gpus") or table(profile, "gpu").get("count") or 0),
-        "gpu_model": str(table(profile, "gpu").get("model") or ""),
+        # The name nvidia-smi prints (profile gpu.smi_name); the marketing model is no substring of it on every GPU.
+        "gpu_model": str(table(profile, "gpu").get("smi_name") or table(profile, "gpu").get("model") or ""),
         "hcas": [dict(h) for h in profile.get("hcas") or [] if isinstance(h, Mapping)],
         "driver_version": driver["__nvidia_driver_wanted_version"],
         "driver_branch": driver["__nvidia_driver_branch"],
