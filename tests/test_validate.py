@@ -83,7 +83,15 @@ def test_probe_scripts_print_every_section(tmp_path):
     found = {}
     for script in ("probe-driver.sh", "probe-rdma.sh", "probe-runtime.sh"):
         run = subprocess.run(
-            ["/bin/sh", "-c", (ROLE / "files" / script).read_text()], env=env, capture_output=True, text=True
+            # As the role runs it: the shared probe() first, then the area's script.
+            [
+                "/bin/sh",
+                "-c",
+                (ROLE / "files" / "probe-lib.sh").read_text() + "\n" + (ROLE / "files" / script).read_text(),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
         )
         assert run.returncode == 0, run.stderr
         found.update(validate.sections(run.stdout))
@@ -525,6 +533,10 @@ def test_a_real_run_hands_each_host_s_results_to_the_runner(local_inventory):
         assert checks[name]["status"] == "na" and checks[name]["reason"] == "profile lab has no GPU", checks[name]
     assert checks["hca_ports"]["reason"] == "no HCA in profile lab"
     assert {checks[name]["status"] for name in validate.PERF_CHECKS} == {"na"}
+    # A check the probes really read on this machine, against /sys read here.
+    assert checks["nouveau"]["status"] == ("fail" if Path("/sys/module/nouveau").exists() else "pass"), checks[
+        "nouveau"
+    ]
     assert {c["status"] for c in checks.values()} <= {"pass", "fail", "na"}
     failed = [name for name, c in checks.items() if c["status"] == "fail"]
     assert result.exit_code == (EXIT_HOST_FAILED if failed else EXIT_OK)

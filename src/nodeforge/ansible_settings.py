@@ -100,7 +100,5 @@ def fact_cache(state: Path, caller: Mapping[str, str] | None = None) -> dict[str
     plugin = caller.get("ANSIBLE_CACHE_PLUGIN", "jsonfile")
     if plugin != "jsonfile":
         return {"fact_cache_type": plugin}
-    return {
-        "fact_cache_type": plugin,
-        "fact_cache": caller.get("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts")),
-    }
+    ours = next(s.value for s in settings(state) if s.name == "ANSIBLE_CACHE_PLUGIN_CONNECTION")
+    return {"fact_cache_type": plugin, "fact_cache": caller.get("ANSIBLE_CACHE_PLUGIN_CONNECTION", ours)}

@@ -1,12 +1,5 @@
-# nodeforge validate: the driver probe (read-only). Each command's output is followed by a marker line
-# "@@nodeforge NAME rc=N@@" that module_utils/validate.py reads back.
-probe() {
-  name=$1
-  shift
-  out=$("$@" 2>&1)
-  rc=$?
-  printf '%s\n@@nodeforge %s rc=%d@@\n' "$out" "$name" "$rc"
-}
+# nodeforge validate: the driver probe (read-only). probe() (probe-lib.sh, run before it)
+# prints each command's output and its marker line.
 probe proc_version cat /proc/driver/nvidia/version
 probe modinfo_version modinfo -F version nvidia
 probe modinfo_license modinfo -F license nvidia

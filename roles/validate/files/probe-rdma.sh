@@ -1,11 +1,4 @@
-# nodeforge validate: the RDMA probe (read-only); markers as in probe-driver.sh.
-probe() {
-  name=$1
-  shift
-  out=$("$@" 2>&1)
-  rc=$?
-  printf '%s\n@@nodeforge %s rc=%d@@\n' "$out" "$name" "$rc"
-}
+# nodeforge validate: the RDMA probe (read-only); markers and probe() from probe-lib.sh.
 probe ofed_info ofed_info -s
 # rdma-core (the inbox stack) and the DOCA profile package (DOCA's version: ofed_info -s names its MLNX_OFED base).
 if command -v dpkg-query >/dev/null 2>&1; then

@@ -1,12 +1,5 @@
 # nodeforge validate: the container runtime probe (read-only): each runtime's own view of its configuration where it
-# answers, the configuration files otherwise, the CDI specifications, the OCI hooks; markers as in probe-driver.sh.
-probe() {
-  name=$1
-  shift
-  out=$("$@" 2>&1)
-  rc=$?
-  printf '%s\n@@nodeforge %s rc=%d@@\n' "$out" "$name" "$rc"
-}
+# answers, the configuration files otherwise, the CDI specifications, the OCI hooks; markers and probe() from probe-lib.sh.
 if command -v containerd >/dev/null 2>&1; then
   probe containerd_config_dump containerd config dump
 else
