@@ -1,4 +1,4 @@
-"""The sample inventories (inventories/*, the lab's aside) as a new user finds them: `nodeforge check` accepts each
+"""The sample inventories (inventories/*, the labs' aside) as a new user finds them: `nodeforge check` accepts each
 one, the vGPU sample refused only for the GRID driver location it cannot know; what each sample configures, read
 through the configuration model (module_utils/model.py HostModel, settings.py); the hardware profiles' HCAs."""
 
@@ -19,7 +19,8 @@ from nodeforge.collection import model, settings
 from tests.conftest import REPO
 
 NODEFORGE = str(Path(sys.executable).parent / "nodeforge")
-SAMPLES = sorted(p.parent for p in (REPO / "inventories").glob("*/hosts.yml") if p.parent.name != "lab")
+# The labs' inventories are written by `nodeforge lab up` (--vm), not by init.
+SAMPLES = sorted(p.parent for p in (REPO / "inventories").glob("*/hosts.yml") if p.parent.name not in ("lab", "lab-vm"))
 VGPU_SAMPLE = "vsphere-t4"
 
 

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs conmon containernetworking-plugins
-  dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng)
+  dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng qemu-system-x86 qemu-utils)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

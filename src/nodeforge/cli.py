@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nodeforge import __version__, ansible_settings, checks, lab, report, scaffold, validate_report
+from nodeforge import __version__, ansible_settings, checks, lab, lab_vm, report, scaffold, validate_report
 from nodeforge.collection import inventory_check
 from nodeforge.runner import EXIT_ERROR, RunOptions, RunResult, run_playbook
 
@@ -341,7 +341,12 @@ def _lab_call(func: Any, *args: Any) -> Any:
 
 
 @lab_group.command(name="up")
-@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of container nodes.")
+@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of nodes.")
+@click.option(
+    "--vm",
+    is_flag=True,
+    help="QEMU guests with their own Debian kernel (modules, reboots, soft-RoCE) instead of containers.",
+)
 @click.option("--provision", "then_provision", is_flag=True, help="Provision the nodes right away.")
 @click.option("--json", "json_mode", is_flag=True, help="Machine-readable provision summary.")
 @click.option(
@@ -350,12 +355,21 @@ def _lab_call(func: Any, *args: Any) -> Any:
     help="A local copy of NVIDIA's container toolkit repository (gpgkey, stable/deb/amd64/) to serve to the nodes.",
 )
 @_lab_name
-def lab_up(nodes: int, then_provision: bool, json_mode: bool, toolkit_mirror: Path | None, name: str) -> None:
-    """Start N container nodes (sshd on loopback ports) and write their inventory."""
+def lab_up(nodes: int, vm: bool, then_provision: bool, json_mode: bool, toolkit_mirror: Path | None, name: str) -> None:
+    """Start N container nodes, or with --vm N QEMU guests (sshd on loopback ports), and write their inventory."""
     console = _console(json_mode)
-    path = _lab_call(lab.up, name, nodes, toolkit_mirror)
+    if vm and toolkit_mirror is not None:
+        raise click.UsageError("--toolkit-mirror is for container nodes (the VM nodes' inventory runs no toolkit role)")
+    if vm and then_provision:
+        raise click.UsageError(
+            "--provision is for container nodes: on VM nodes run `nodeforge lab provision --tags ...` with the roles a "
+            "VM shows something for (inventories/lab-vm/hosts.yml)"
+        )
+    path = _lab_call(lab_vm.up, name, nodes) if vm else _lab_call(lab.up, name, nodes, toolkit_mirror)
     console.print(f"lab {name}: {len(_lab_call(lab.nodes, name))} node(s) up; inventory: {path}")
-    if toolkit_mirror is None:
+    if vm:
+        console.print("VM nodes (QEMU, software emulation); console logs under " + str(lab_vm.vm_dir(name)))
+    elif toolkit_mirror is None:
         console.print("container toolkit: from NVIDIA's repository (no --toolkit-mirror given)")
     else:
         console.print(f"container toolkit: from {toolkit_mirror}, served on each node's loopback")
@@ -383,7 +397,7 @@ def lab_provision(json_mode: bool, tags: str | None, extra_vars: tuple[str, ...]
 @lab_group.command(name="down")
 @_lab_name
 def lab_down(name: str) -> None:
-    """Remove the lab's containers, inventory and keys."""
+    """Remove the lab's containers or VMs, inventory and keys."""
     removed = _lab_call(lab.down, name)
     _console().print(f"lab {name}: removed {', '.join(removed) if removed else 'nothing (no nodes)'}")
 

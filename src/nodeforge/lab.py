@@ -87,6 +87,10 @@ def ensure_image() -> None:
 
 
 def nodes(name: str) -> list[Node]:
+    from nodeforge import lab_vm
+
+    if lab_vm.is_vm_lab(name):
+        return lab_vm.nodes(name)
     proc = _podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
     data = json.loads(proc.stdout or "[]")
     found = (Node(c["Names"][0], c.get("State", "unknown"), _ssh_port_of(c.get("Ports"))) for c in data)
@@ -387,8 +391,11 @@ def _serve_mirror(inventory_file: Path, mirror: Path) -> None:
 
 
 def down(name: str) -> list[str]:
-    removed = [n.name for n in nodes(name)]
-    if removed:
+    from nodeforge import lab_vm
+
+    if lab_vm.is_vm_lab(name):
+        removed = lab_vm.down(name)
+    elif removed := [n.name for n in nodes(name)]:
         _podman("rm", "-f", "-t", "2", *removed)
     shutil.rmtree(lab_dir(name), ignore_errors=True)
     return removed

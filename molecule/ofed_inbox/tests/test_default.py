@@ -20,6 +20,8 @@ LIMITS = "/etc/security/limits.d/90-nodeforge-rdma.conf"
 DEMO = "nodeforge-rdma-demo"
 DROPIN = f"/etc/systemd/system/{DEMO}.service.d/10-nodeforge-memlock.conf"
 IFUPDOWN_DIR = "/etc/network/interfaces.d"
+SOFT_ROCE = "nodeforge-soft-roce.service"
+SOFT_ROCE_MODULES = "/etc/modules-load.d/nodeforge-soft-roce.conf"
 
 
 @pytest.fixture
@@ -105,6 +107,16 @@ def test_ipoib_configuration_is_what_ifupdown_reads(node):
     assert {"ib0", "ib1"} <= set(node.check_output("ifquery --list --allow=auto").split())
 
 
+def test_soft_roce_is_persisted_for_a_real_boot_and_not_started_in_a_container(node):
+    assert node.file(SOFT_ROCE_MODULES).content_string.splitlines()[-1] == "rdma_rxe"
+    # systemd's own reading of the unit: enabled for the next boot, never started in a container.
+    shown = node.check_output("systemctl show -p UnitFileState -p ActiveState -p ExecStart -p Requires %s", SOFT_ROCE)
+    assert "UnitFileState=enabled" in shown and "ActiveState=inactive" in shown, shown
+    assert "rdma link add rxe_eth0 type rxe netdev eth0" in shown
+    assert "sys-subsystem-net-devices-eth0.device" in shown
+    assert node.run("systemd-analyze verify /etc/systemd/system/%s", SOFT_ROCE).rc == 0
+
+
 # Last: it changes the node's configuration.
 def test_dropped_interface_and_service_are_cleaned_up(node):
     run = verify_lib.run_playbook(
@@ -112,6 +124,7 @@ def test_dropped_interface_and_service_are_cleaned_up(node):
         {
             "ofed_ipoib_interfaces": [{"name": "ib0", "address": "10.10.11.19", "netmask": "255.255.255.0"}],
             "ofed_memlock_services": [],
+            "ofed_soft_roce_netdevs": [],
         },
     )
     assert run.rc == 0, run.failed
@@ -120,6 +133,8 @@ def test_dropped_interface_and_service_are_cleaned_up(node):
     assert "mtu" not in node.file(f"{IFUPDOWN_DIR}/nodeforge-ipoib-ib0").content_string
     assert not node.file(DROPIN).exists
     assert node.check_output("systemctl show --property=LimitMEMLOCK %s", DEMO) != "LimitMEMLOCK=infinity"
+    assert not node.file(SOFT_ROCE_MODULES).exists and not node.file(f"/etc/systemd/system/{SOFT_ROCE}").exists
+    assert node.check_output("systemctl show -p LoadState %s", SOFT_ROCE) == "LoadState=not-found"
     [note] = run.results("Report that the IPoIB configuration is not applied")
     assert "is a container" in note["msg"] and "no interface is brought up" in note["msg"]
     # The packages were there already: the stack itself did not change.

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Builds the Debian 12 guest image of the lab's VM nodes (`nodeforge lab up --vm`): debootstrap with Debian's kernel,
+# packed into an ext4 disk image with `mkfs.ext4 -d`, plus the kernel and initrd that QEMU boots with -kernel/-initrd.
+#
+# Cached like the container base image: the image lives in DIR/SUM/ (SUM: the sha256 of this script and the files it
+# installs), and is rebuilt only when they change (or NODEFORGE_REBUILD_IMAGE=1). DIR is NODEFORGE_VM_IMAGE_DIR, else
+# /var/cache/nodeforge/vm-image as root, ~/.cache/nodeforge/vm-image otherwise. Older builds there are removed once
+# the new one is complete. Prints the image directory on its last line.
+#
+# Debian's archive goes through the test harness's package cache (tools/apt_cache.py) when it answers on loopback.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+if [[ -n ${NODEFORGE_VM_IMAGE_DIR:-} ]]; then
+  dir=$NODEFORGE_VM_IMAGE_DIR
+elif [[ $(id -u) -eq 0 ]]; then
+  dir=/var/cache/nodeforge/vm-image
+else
+  dir=$HOME/.cache/nodeforge/vm-image
+fi
+
+sum=$(cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect" | sha256sum | cut -c1-16)
+out=$dir/$sum
+if [[ -f $out/complete && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
+  echo "VM image is current ($sum)" >&2
+  echo "$out"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "error: building the VM image needs root (debootstrap, and mkfs.ext4 -d keeping root's ownership)" >&2
+  exit 1
+fi
+for tool in debootstrap mkfs.ext4; do
+  command -v "$tool" >/dev/null || { echo "error: $tool is not installed (apt-get install debootstrap e2fsprogs)" >&2; exit 1; }
+done
+
+mkdir -p "$dir"
+exec 9>"$dir/.lock"
+flock 9  # two sessions building at once: the second waits, then finds the image complete
+if [[ -f $out/complete && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
+  echo "$out"
+  exit 0
+fi
+
+root=$(mktemp -d /var/tmp/nodeforge-vmroot.XXXXXX)
+work=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$root" "$work" "$root.log"' EXIT
+proxy=()
+if timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/3142' 2>/dev/null; then
+  proxy=(env http_proxy=http://127.0.0.1:3142)
+fi
+echo "debootstrap bookworm with linux-image-amd64 into $root (a few minutes)" >&2
+"${proxy[@]}" debootstrap --variant=minbase \
+  --include=linux-image-amd64,initramfs-tools,systemd,systemd-sysv,udev,dbus,kmod,iproute2,openssh-server,python3,python3-apt,sudo,ca-certificates,gnupg,pciutils,procps \
+  bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+
+cat >"$root/etc/apt/sources.list" <<SRC
+deb $mirror bookworm main contrib non-free non-free-firmware
+deb $mirror bookworm-updates main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware
+SRC
+echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" >"$root/etc/fstab"
+echo "nodeforge-vm" >"$root/etc/hostname"  # each node's own name comes from the kernel command line (systemd.hostname=)
+# As in the container image: Debian's periodic jobs would change a test node on their own schedule.
+for unit in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer; do
+  rm -f "$root/etc/systemd/system/timers.target.wants/$unit"
+  ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
+# Networking by systemd-networkd: eth0 is QEMU's user network (DHCP; SSH forwarded from the controller's loopback),
+# eth1 the private link to the other node of the pair, addressed by nodeforge-vm-seed from what `lab up` passes in.
+cat >"$root/etc/systemd/network/10-eth0.network" <<'NET'
+[Match]
+Name=eth0
+
+[Network]
+DHCP=ipv4
+NET
+ln -sf /lib/systemd/system/systemd-networkd.service "$root/etc/systemd/system/multi-user.target.wants/systemd-networkd.service"
+mkdir -p "$root/etc/systemd/system/sockets.target.wants" "$root/etc/systemd/system/network-online.target.wants"
+ln -sf /lib/systemd/system/systemd-networkd.socket "$root/etc/systemd/system/sockets.target.wants/systemd-networkd.socket"
+ln -sf /lib/systemd/system/systemd-networkd-wait-online.service \
+  "$root/etc/systemd/system/network-online.target.wants/systemd-networkd-wait-online.service"
+# Each node's identity (its SSH host key, the lab's client key, its address on the private link) comes from `lab up`
+# through QEMU's fw_cfg, read by this unit before sshd and networkd start: no host key is generated in the guest.
+rm -f "$root"/etc/ssh/ssh_host_*
+install -m 0755 "$here/nodeforge-vm-seed" "$root/usr/local/sbin/nodeforge-vm-seed"
+cat >"$root/etc/systemd/system/nodeforge-vm-seed.service" <<'UNIT'
+[Unit]
+Description=nodeforge lab: this VM node's keys and private link address (QEMU fw_cfg)
+DefaultDependencies=no
+After=local-fs.target
+Before=ssh.service systemd-networkd.service network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/nodeforge-vm-seed
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/nodeforge-vm-seed.service \
+  "$root/etc/systemd/system/multi-user.target.wants/nodeforge-vm-seed.service"
+install -m 0755 "$here/../base-image/apt-proxy-detect" "$root/usr/local/sbin/nodeforge-apt-proxy-detect"
+echo 'Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/nodeforge-apt-proxy-detect";' \
+  >"$root/etc/apt/apt.conf.d/00nodeforge-proxy"
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+touch -d @0 "$root/var/lib/apt/lists"  # empty lists look stale to cache_valid_time (as in the container image)
+
+kernel=$(find "$root/boot" -name 'vmlinuz-*' | sort | tail -1)
+initrd=$(find "$root/boot" -name 'initrd.img-*' | sort | tail -1)
+[[ -f $kernel && -f $initrd ]] || { echo "error: no kernel or initrd in $root/boot" >&2; exit 1; }
+cp "$kernel" "$work/vmlinuz"
+cp "$initrd" "$work/initrd.img"
+basename "$kernel" | sed 's/^vmlinuz-//' >"$work/kernel-release"
+# A sparse 16 GiB file system: room for what the roles install, and the free space preflight asks of / and /var
+# (preflight_min_free_gb, 10 GiB). Sparse: what the nodes do not write takes no space.
+mkfs.ext4 -q -L nodeforge-root -d "$root" "$work/rootfs.img" 16G
+chmod 0444 "$work/rootfs.img"  # the nodes' disks are copy-on-write overlays on it; it is never written
+touch "$work/complete"
+rm -rf "$out"
+mv "$work" "$out"
+for old in "$dir"/*/; do
+  [[ ${old%/} == "$out" ]] || rm -rf "${old%/}"
+done
+echo "built VM image $out ($(du -sh --apparent-size "$out/rootfs.img" | cut -f1) sparse, $(du -sh "$out/rootfs.img" | cut -f1) used)" >&2
+echo "$out"

@@ -1,0 +1,234 @@
+"""The lab's VM nodes (`nodeforge lab up --vm`): QEMU guests with their own Debian 12 kernel, reached over SSH as real
+nodes are, for what containers cannot show (module loading, reboots, RDMA devices).
+
+Each node boots the image of lab/vm-image/build.sh (cached by its checksum) from a copy-on-write overlay of its own,
+under software emulation (`-accel tcg`: KVM guests do not boot on every machine this runs on). Its sshd is reached on a
+loopback-forwarded port; its identity (host key, the lab's client key, its private link address) goes in through QEMU's
+fw_cfg, read in the guest before sshd starts, so that the lab's known_hosts is written from keys generated here, as
+for the container nodes. Consecutive nodes (1-2, 3-4, ...) share a private link: a QEMU socket netdev over UDP on
+loopback, eth1 in the guests, where two nodes run RDMA tests against each other over soft-RoCE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from nodeforge import content, lab
+
+QEMU = "qemu-system-x86_64"
+SAMPLE = ("inventories", "lab-vm", "hosts.yml")
+# TCG emulates the newest CPU model faster for guest user space than qemu64 (python3 starts in 0.5 s against 0.73 s).
+CPU = "max"
+MEMORY_MB = int(os.environ.get("NODEFORGE_VM_MEMORY_MB", "1024"))
+BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "300"))
+FW_CFG = "opt/org.nodeforge"
+LINK_NET = "10.77"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
+
+
+@dataclass
+class VmNode:
+    """What `lab up --vm` chose for a node, kept in its directory (node.json) so that a restart reuses it."""
+
+    name: str
+    index: int
+    ssh_port: int
+    link_port: int | None = None  # this node's UDP end of the private link
+    peer_port: int | None = None  # the other node's end
+    link_address: str | None = None  # CIDR on eth1
+
+
+def vm_dir(name: str) -> Path:
+    return lab.lab_dir(name) / "vm"
+
+
+def node_dir(name: str, node: str) -> Path:
+    return vm_dir(name) / node
+
+
+def is_vm_lab(name: str) -> bool:
+    return vm_dir(name).is_dir()
+
+
+def ensure_image() -> Path:
+    """The VM image's directory (rootfs.img, vmlinuz, initrd.img), built when missing or stale."""
+    script = content.root() / "lab" / "vm-image" / "build.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise lab.LabError(f"building the VM image failed ({script}):\n{proc.stderr.strip()}")
+    return Path(lines[-1])
+
+
+def _free_port(kind: int) -> int:
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind((lab.LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def plan(count: int) -> list[VmNode]:
+    """Node names, loopback ports and link addresses for count nodes; nodes 2k-1 and 2k share link k."""
+    planned = []
+    for i in range(1, count + 1):
+        planned.append(VmNode(name="", index=i, ssh_port=_free_port(socket.SOCK_STREAM)))
+    for first, second in zip(planned[0::2], planned[1::2], strict=False):
+        pair = (first.index + 1) // 2
+        first.link_port, second.link_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_DGRAM)
+        first.peer_port, second.peer_port = second.link_port, first.link_port
+        first.link_address, second.link_address = f"{LINK_NET}.{pair}.1/24", f"{LINK_NET}.{pair}.2/24"
+    return planned
+
+
+def _mac(node: VmNode, nic: int) -> str:
+    """Locally administered, per node and NIC (0: user network, 1: private link)."""
+    return f"52:54:00:4e:{nic:02x}:{node.index:02x}"
+
+
+def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
+    """The QEMU command line of a node (daemonized; console on ttyS0 into console.log)."""
+    here = node_dir(name, node.name)
+    key = lab.host_key(name, node.name)
+    client = lab.client_key(name)
+    argv = [
+        QEMU, "-name", node.name, "-accel", "tcg", "-cpu", CPU, "-smp", "1", "-m", str(MEMORY_MB),
+        "-kernel", str(image / "vmlinuz"), "-initrd", str(image / "initrd.img"),
+        "-append", f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={node.name} panic=-1",
+        "-drive", f"file={here / 'disk.qcow2'},if=virtio,format=qcow2",
+        "-netdev", f"user,id=net0,hostfwd=tcp:{lab.LOOPBACK}:{node.ssh_port}-:22",
+        "-device", f"virtio-net-pci,netdev=net0,mac={_mac(node, 0)},romfile=",
+        "-fw_cfg", f"name={FW_CFG}/host_key,file={key}",
+        "-fw_cfg", f"name={FW_CFG}/host_key_pub,file={key.with_name(key.name + '.pub')}",
+        "-fw_cfg", f"name={FW_CFG}/authorized,file={client.with_name(client.name + '.pub')}",
+        "-display", "none", "-monitor", "none", "-serial", f"file:{here / 'console.log'}",
+        "-pidfile", str(here / "qemu.pid"), "-daemonize",
+    ]  # fmt: skip
+    if node.link_port is not None:
+        (here / "link_address").write_text(node.link_address or "")
+        argv += [
+            "-netdev", f"socket,id=link0,udp={lab.LOOPBACK}:{node.peer_port},localaddr={lab.LOOPBACK}:{node.link_port}",
+            "-device", f"virtio-net-pci,netdev=link0,mac={_mac(node, 1)},romfile=",
+            "-fw_cfg", f"name={FW_CFG}/link_address,file={here / 'link_address'}",
+        ]  # fmt: skip
+    return argv
+
+
+def _pid(name: str, node: str) -> int | None:
+    """The pid of the node's QEMU, when it runs (the pidfile's process is a QEMU of this node)."""
+    try:
+        pid = int((node_dir(name, node) / "qemu.pid").read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if Path(cmdline[0].decode()).name == QEMU and node.encode() in cmdline else None
+
+
+def _saved(name: str) -> list[VmNode]:
+    found = []
+    for path in sorted(vm_dir(name).glob("*/node.json")):
+        found.append(VmNode(**json.loads(path.read_text())))
+    return sorted(found, key=lambda n: n.index)
+
+
+def nodes(name: str) -> list[lab.Node]:
+    return [lab.Node(n.name, "running" if _pid(name, n.name) else "stopped", n.ssh_port) for n in _saved(name)]
+
+
+def up(name: str, count: int) -> Path:
+    if count < 1:
+        raise lab.LabError(f"--nodes must be at least 1 (got {count})")
+    if not shutil.which(QEMU):
+        raise lab.LabError(f"{QEMU} is not installed (apt-get install qemu-system-x86 qemu-utils)")
+    lab._require("ssh", "ssh-keygen", "qemu-img")
+    if not is_vm_lab(name) and lab.inventory_path(name).exists():
+        raise lab.LabError(
+            f"lab {name} has container nodes: choose another --name for the VM nodes, or `nodeforge lab down --name "
+            f"{name}` first"
+        )
+    image = ensure_image()
+    lab._private_dir(vm_dir(name))
+    lab.keygen(lab.client_key(name), f"nodeforge lab {name}")
+    saved = {n.index: n for n in _saved(name)}
+    # Nodes beyond --nodes are kept (and started when stopped), as for container nodes: `lab down` removes them.
+    planned = plan(max(count, max(saved, default=0)))
+    wanted = []
+    for node in planned:
+        node.name = f"nodeforge-{name}-{node.index}"
+        if node.index in saved:
+            node = saved[node.index]
+        else:
+            here = lab._private_dir(node_dir(name, node.name))
+            lab.keygen(lab.host_key(name, node.name), f"{node.name} host key")
+            _qemu_img(
+                "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image / "rootfs.img"), str(here / "disk.qcow2")
+            )
+            (here / "node.json").write_text(json.dumps(asdict(node), indent=2) + "\n")
+        wanted.append(node)
+    for node in wanted:
+        if _pid(name, node.name) is None:
+            _start(name, node, image)
+    ports = {node.name: node.ssh_port for node in wanted}
+    lab.write_known_hosts(name, ports)
+    for node in wanted:
+        lab._wait_ssh(name, node.name, node.ssh_port, timeout=BOOT_TIMEOUT)
+    return write_inventory(name, wanted)
+
+
+def _qemu_img(*args: str) -> None:
+    proc = subprocess.run(["qemu-img", *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise lab.LabError(f"qemu-img {args[0]} failed: {proc.stderr.strip()}")
+
+
+def _start(name: str, node: VmNode, image: Path) -> None:
+    here = node_dir(name, node.name)
+    if not lab.host_key(name, node.name).exists():
+        raise lab._no_host_key(name, node.name)
+    (here / "console.log").unlink(missing_ok=True)
+    proc = subprocess.run(qemu_argv(name, node, image), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise lab.LabError(f"lab node {node.name}: {QEMU} did not start: {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+def write_inventory(name: str, vm_nodes: list[VmNode]) -> Path:
+    """The sample inventories/lab-vm/hosts.yml with these nodes: each one's connection (lab.ssh_host_vars) and its
+    private link address, which its ib_write_bw peer connects to."""
+    data = yaml.safe_load(content.root().joinpath(*SAMPLE).read_text())
+    hosts = {}
+    for node in vm_nodes:
+        host_vars = lab.ssh_host_vars(name, node.ssh_port)
+        if node.link_address:
+            host_vars["validate_rdma_address"] = node.link_address.split("/")[0]
+        hosts[node.name] = host_vars
+    data["all"]["children"][lab.GROUP]["hosts"] = hosts
+    path = lab.inventory_path(name)
+    header = (
+        "# Written by `nodeforge lab up --vm` from the sample inventories/lab-vm/hosts.yml: the lab's VM nodes, each\n"
+        "# reached over SSH on its loopback port with the lab's key and known_hosts (host key checking on).\n"
+    )
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def down(name: str) -> list[str]:
+    """Stop every VM node of the lab (SIGTERM, then SIGKILL); returns their names. The caller removes the files."""
+    stopped = []
+    for node in _saved(name):
+        pid = _pid(name, node.name)
+        if pid is not None:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            while _pid(name, node.name) is not None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if (pid := _pid(name, node.name)) is not None:
+                os.kill(pid, signal.SIGKILL)
+        stopped.append(node.name)
+    return stopped

@@ -1,0 +1,261 @@
+"""The VM tier: `nodeforge lab up --vm` QEMU guests with their own Debian kernel, where what containers skip runs for
+real (module loading, reboots, preflight's kernel checks, soft-RoCE RDMA), driven through the real CLI.
+
+Every expectation is read from the guests themselves over SSH (their /proc, /sys, rdma and apt), not from the roles'
+own probes. The unit tests at the top need no QEMU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from nodeforge import lab, lab_vm
+from nodeforge.cli import main
+
+# --- unit: the plan, QEMU's command line and the inventory (no QEMU needed) ------------------------------------------
+
+
+def test_plan_pairs_consecutive_nodes_on_private_links():
+    planned = lab_vm.plan(3)
+    first, second, third = planned
+    assert (first.link_address, second.link_address) == ("10.77.1.1/24", "10.77.1.2/24")
+    # Each end sends to the other's local UDP port.
+    assert (first.peer_port, second.peer_port) == (second.link_port, first.link_port)
+    assert third.link_port is None and third.link_address is None  # an odd node out has no link
+    assert len({n.ssh_port for n in planned}) == 3
+
+
+def test_qemu_command_line_boots_the_image_kernel_with_the_node_identity(state_dir, tmp_path):
+    node = lab_vm.VmNode(name="nodeforge-t-2", index=2, ssh_port=40022, link_port=40100, peer_port=40101,
+                         link_address="10.77.1.2/24")  # fmt: skip
+    lab_vm.node_dir("t", node.name).mkdir(parents=True)
+    argv = lab_vm.qemu_argv("t", node, tmp_path)
+    joined = " ".join(argv)
+    assert argv[0] == "qemu-system-x86_64" and argv[argv.index("-accel") + 1] == "tcg"
+    assert argv[argv.index("-kernel") + 1] == str(tmp_path / "vmlinuz")
+    assert "systemd.hostname=nodeforge-t-2" in argv[argv.index("-append") + 1]
+    # SSH only on loopback; the private link is UDP between the two loopback ports.
+    assert "hostfwd=tcp:127.0.0.1:40022-:22" in joined
+    assert "socket,id=link0,udp=127.0.0.1:40101,localaddr=127.0.0.1:40100" in joined
+    key = lab.host_key("t", node.name)
+    assert f"name=opt/org.nodeforge/host_key,file={key}" in joined
+    address_file = lab_vm.node_dir("t", node.name) / "link_address"
+    assert f"name=opt/org.nodeforge/link_address,file={address_file}" in joined
+    assert address_file.read_text() == "10.77.1.2/24"
+
+
+def test_inventory_keeps_the_sample_settings_and_adds_each_node_connection(state_dir):
+    nodes = [lab_vm.VmNode("nodeforge-t-1", 1, 40022, 1, 2, "10.77.1.1/24"), lab_vm.VmNode("nodeforge-t-2", 2, 40023)]
+    lab._private_dir(lab.lab_dir("t"))
+    data = yaml.safe_load(lab_vm.write_inventory("t", nodes).read_text())
+    group = data["all"]["children"]["gpu_nodes"]
+    assert group["vars"]["nodeforge_profile"] == "lab-vm" and group["vars"]["ofed_soft_roce_netdevs"] == ["eth1"]
+    first, second = group["hosts"]["nodeforge-t-1"], group["hosts"]["nodeforge-t-2"]
+    assert first["ansible_port"] == 40022 and first["validate_rdma_address"] == "10.77.1.1"
+    assert "StrictHostKeyChecking=yes" in first["ansible_ssh_common_args"]
+    assert "validate_rdma_address" not in second
+
+
+def test_vm_and_container_nodes_never_share_a_lab(state_dir):
+    lab._private_dir(lab.lab_dir("mixed"))
+    lab.inventory_path("mixed").write_text("all: {}\n")  # a container lab of that name
+    if shutil.which(lab_vm.QEMU) is None:
+        pytest.skip("qemu-system-x86 is not installed")
+    with pytest.raises(lab.LabError, match="lab mixed has container nodes"):
+        lab_vm.up("mixed", 1)
+
+
+# --- the tier: two guests, end to end ---------------------------------------------------------------------------------
+
+needs_qemu = pytest.mark.skipif(
+    shutil.which(lab_vm.QEMU) is None or os.geteuid() != 0,
+    reason="qemu-system-x86 and root (the image build) are needed (make setup installs qemu)",
+)
+
+
+@pytest.fixture
+def vm_lab():
+    name = f"pytestvm{os.getpid()}"
+    yield name
+    lab.down(name)
+
+
+def _ssh(name: str, host: str, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    port = {n.name: n.port for n in lab.nodes(name)}[host]
+    proc = subprocess.run(lab.ssh_command(name, port, command), capture_output=True, text=True, check=False)
+    if check:
+        assert proc.returncode == 0, (host, command, proc.stdout, proc.stderr)
+    return proc
+
+
+def _out(name: str, host: str, command: str) -> str:
+    return _ssh(name, host, command).stdout.strip()
+
+
+def _invoke(*argv: str) -> tuple[int, dict]:
+    run = CliRunner().invoke(main, list(argv))
+    try:
+        return run.exit_code, json.loads(run.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"nodeforge {' '.join(argv)}: no JSON (exit {run.exit_code}):\n{run.output}")
+
+
+def _task_results(artifacts: str, task: str) -> dict[str, dict]:
+    """Per host, the result of the named task, from ansible-runner's job events."""
+    found = {}
+    for path in sorted(Path(artifacts, "job_events").glob("*.json")):
+        event = json.loads(path.read_text())
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == task:
+            found[data["host"]] = data["res"]
+    return found
+
+
+def _rdma_links(name: str, host: str) -> dict[str, dict]:
+    return {link["ifname"]: link for link in json.loads(_out(name, host, "rdma -j link show"))}
+
+
+@pytest.mark.slow
+@needs_qemu
+def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path):
+    timings = {}
+    start = time.monotonic()
+    up = CliRunner().invoke(main, ["lab", "up", "--vm", "--nodes", "2", "--name", vm_lab])
+    assert up.exit_code == 0, up.output
+    timings["up"] = time.monotonic() - start
+    nodes = [f"nodeforge-{vm_lab}-1", f"nodeforge-{vm_lab}-2"]
+    inventory = str(lab.inventory_path(vm_lab))
+    hosts = yaml.safe_load(Path(inventory).read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    image = lab_vm.ensure_image()
+
+    for host in nodes:
+        # A guest with the image's own kernel, not this machine's, reached with the host key generated for it.
+        assert _out(vm_lab, host, "hostname") == host
+        kernel = _out(vm_lab, host, "uname -r")
+        assert kernel == (image / "kernel-release").read_text().strip() and kernel != os.uname().release
+        assert _out(vm_lab, host, "systemd-detect-virt") == "qemu"
+        served = _out(vm_lab, host, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
+        generated = Path(f"{lab.host_key(vm_lab, host)}.pub").read_text().split()[:2]
+        assert served == generated
+        # The private link: eth1 carries the address the inventory gives its ib_write_bw peers.
+        eth1 = _out(vm_lab, host, "ip -4 -o addr show dev eth1").split()
+        assert eth1[3].split("/")[0] == hosts[host]["validate_rdma_address"]
+
+    # ofed (inbox) with soft-RoCE on the private link: rdma_rxe really loaded, the device ACTIVE, both persisted.
+    start = time.monotonic()
+    code, ofed = _invoke("lab", "provision", "--name", vm_lab, "--tags", "ofed", "--json")
+    timings["ofed"] = time.monotonic() - start
+    assert code == 0, ofed["failures"]
+    for host in nodes:
+        assert _ssh(vm_lab, host, "test -d /sys/module/rdma_rxe").returncode == 0
+        link = _rdma_links(vm_lab, host)["rxe_eth1"]
+        assert (link["state"], link["netdev"]) == ("ACTIVE", "eth1"), link
+        assert "rdma_rxe" in _out(vm_lab, host, "cat /etc/modules-load.d/nodeforge-soft-roce.conf").splitlines()
+        assert _out(vm_lab, host, "systemctl is-enabled nodeforge-soft-roce.service") == "enabled"
+
+    # preflight, for real: the kernel headers of the running kernel, Secure Boot, and nouveau, which node 2 has loaded.
+    _ssh(vm_lab, nodes[1], "modprobe nouveau")
+    start = time.monotonic()
+    code, preflight = _invoke("preflight", "-i", inventory, "--json")
+    timings["preflight"] = time.monotonic() - start
+    assert code != 0
+    results = {
+        host: res["ansible_facts"]["preflight_result"]
+        for host, res in _task_results(preflight["artifacts"], "Set the preflight result").items()
+    }
+    assert sorted(results) == nodes
+    for host in nodes:
+        result = results[host]
+        assert result["in_container"] is False
+        assert result["kernel"] == _out(vm_lab, host, "uname -r")
+        # apt itself, a different way: simulating the install of linux-headers-<running kernel> succeeds.
+        simulated = _ssh(vm_lab, host, 'apt-get install --simulate "linux-headers-$(uname -r)"', check=False)
+        assert result["kernel_headers_installable"] is (simulated.returncode == 0) is True, simulated.stderr
+        # Booted by QEMU's -kernel, not through UEFI: no /sys/firmware/efi, so no Secure Boot.
+        assert _ssh(vm_lab, host, "test -d /sys/firmware/efi", check=False).returncode != 0
+        assert result["secure_boot"] == "disabled"
+        loaded = _ssh(vm_lab, host, "test -d /sys/module/nouveau", check=False).returncode == 0
+        assert result["nouveau_loaded"] is loaded is (host == nodes[1])
+    failed = {f["host"]: f["message"] for f in preflight["failures"]}
+    assert sorted(failed) == [nodes[1]] and "nouveau" in failed[nodes[1]], failed
+
+    # The reboot policy: a requirement recorded with the current boot id, as a role records it.
+    boot = {host: _out(vm_lab, host, "cat /proc/sys/kernel/random/boot_id") for host in nodes}
+    marker = "/var/lib/nodeforge/reboot-required"
+    for host in nodes:
+        _ssh(
+            vm_lab, host, f"mkdir -p /var/lib/nodeforge && printf '%s\\nrecorded by the test\\n' {boot[host]} >{marker}"
+        )
+    # One run for two things: ofed again changes nothing (soft-RoCE's unit included), and policy never reboots nothing.
+    code, never = _invoke("lab", "provision", "--name", vm_lab, "--tags", "ofed,reboot", "--json", "-e",
+                          "nodeforge_reboot_policy=never")  # fmt: skip
+    assert code == 0, never["failures"]
+    assert all(h["changed"] == 0 for h in never["hosts"].values()), never["changes"]
+    for host in nodes:
+        assert _out(vm_lab, host, "cat /proc/sys/kernel/random/boot_id") == boot[host]
+        assert _ssh(vm_lab, host, f"test -e {marker}", check=False).returncode == 0
+        assert never["reboot_required"][host] is True
+    start = time.monotonic()
+    # Both nodes in one batch (nodeforge_reboot_batch, default 1): the test waits for one reboot, not two.
+    code, rebooted = _invoke("lab", "provision", "--name", vm_lab, "--tags", "reboot", "--json", "-e",
+                             "nodeforge_reboot_batch=2")  # fmt: skip
+    timings["reboot"] = time.monotonic() - start
+    assert code == 0, rebooted["failures"]
+    for host in nodes:
+        assert _out(vm_lab, host, "cat /proc/sys/kernel/random/boot_id") != boot[host]
+        assert _ssh(vm_lab, host, f"test -e {marker}", check=False).returncode != 0
+        assert rebooted["reboot_required"][host] is False
+        # What the ofed role persisted came back by itself; what was loaded by hand did not.
+        assert _ssh(vm_lab, host, "test -d /sys/module/rdma_rxe").returncode == 0
+        assert _rdma_links(vm_lab, host)["rxe_eth1"]["state"] == "ACTIVE"
+        assert _ssh(vm_lab, host, "test -d /sys/module/nouveau", check=False).returncode != 0
+
+    # validate --perf: ib_write_bw between the pair over soft-RoCE, against the inventory's floor, then a raised one.
+    report_file = tmp_path / "validate.json"
+    start = time.monotonic()
+    run = CliRunner().invoke(main, ["validate", "-i", inventory, "--perf", "--json", str(report_file)])
+    timings["validate"] = time.monotonic() - start
+    report = json.loads(report_file.read_text())
+    assert run.exit_code == 0, run.output
+    floor = float(yaml.safe_load(Path(inventory).read_text())["all"]["children"]["gpu_nodes"]["vars"][
+        "validate_rdma_min_bw_mbs"])  # fmt: skip
+    measured = []
+    for host in nodes:
+        checks = {c["check"]: c for c in report["hosts"][host]["checks"]}
+        port = checks["hca_port[rxe_eth1]"]
+        assert port["status"] == "pass" and port["measured"] == "ACTIVE 2.5 Gb/s Ethernet", port
+        sysfs_rate = _out(vm_lab, host, "cat /sys/class/infiniband/rxe_eth1/ports/1/rate")
+        assert sysfs_rate.startswith("2.5 Gb/sec"), sysfs_rate
+        peer = nodes[1] if host == nodes[0] else nodes[0]
+        bw = checks[f"ib_write_bw[rxe_eth1 <-> {peer}]"]
+        assert bw["status"] == "pass" and float(bw["expected"]) == floor and float(bw["measured"]) >= floor, bw
+        measured.append(float(bw["measured"]))
+    raised = max(measured) * 10
+    report_file.unlink()
+    run = CliRunner().invoke(
+        main,
+        ["validate", "-i", inventory, "--perf", "--json", str(report_file), "-e", f"validate_rdma_min_bw_mbs={raised}"],
+    )
+    report = json.loads(report_file.read_text())
+    assert run.exit_code != 0, run.output
+    for host in nodes:
+        peer = nodes[1] if host == nodes[0] else nodes[0]
+        bw = {c["check"]: c for c in report["hosts"][host]["checks"]}[f"ib_write_bw[rxe_eth1 <-> {peer}]"]
+        assert bw["status"] == "fail" and float(bw["expected"]) == raised and float(bw["measured"]) < raised, bw
+
+    down = CliRunner().invoke(main, ["lab", "down", "--name", vm_lab])
+    assert down.exit_code == 0 and all(host in down.output for host in nodes)
+    assert lab.nodes(vm_lab) == [] and not lab.lab_dir(vm_lab).exists()
+    qemus = subprocess.run(
+        ["pgrep", "-f", f"{lab_vm.QEMU} -name nodeforge-{vm_lab}-"], capture_output=True, text=True, check=False
+    )
+    assert qemus.stdout.strip() == "", qemus.stdout
+    print("VM tier timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
