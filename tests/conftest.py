@@ -15,6 +15,7 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 # test missing here runs after the listed ones.
 LONG_TESTS = {
     "test_scenario[nvidia_driver_distro]": 925,
+    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 700,
     "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 600,
     "test_lab_up_provision_down": 370,
     "test_scenario[nvidia_driver_cuda_repo]": 320,

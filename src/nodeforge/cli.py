@@ -34,7 +34,13 @@ VERBS: dict[str, Verb] = {
         "preflight.yml", "Read-only node checks: OS, kernel headers, Secure Boot, SELinux, PCI vs profile."
     ),
     "provision": Verb("site.yml", "Provision the node stack (preflight, then each component role)."),
-    "plan": Verb("site.yml", "Show what provision would change, per host (check + diff mode).", check=True, diff=True),
+    "plan": Verb(
+        "site.yml",
+        "Show what provision would change, per host (check + diff mode); with --upgrade, an upgrade's schedule.",
+        check=True,
+        diff=True,
+        own_command=True,
+    ),
     "validate": Verb(
         "validate.yml",
         "Acceptance checks with thresholds, per node: pass, fail or not applicable (with the reason); reports.",
@@ -179,10 +185,11 @@ def run_verb(
         check=kw.pop("check", False) or spec.check,
         diff=kw.pop("diff", False) or spec.diff,
         envvars=kw.pop("envvars", {}),
-        **kw,
+        **{k: v for k, v in kw.items() if k != "canceller"},
     )
     with report.live_progress(console, enabled=not json_mode) as tick:
-        result = run_playbook(spec.playbook, opts, on_tick=tick)
+        extra = {"canceller": kw["canceller"]} if kw.get("canceller") is not None else {}
+        result = run_playbook(spec.playbook, opts, on_tick=tick, **extra)
     if present is not None:
         return present(console, result)
     if json_mode:
@@ -418,9 +425,25 @@ def lab_status(name: str) -> None:
     console.print(f"known_hosts: {lab.known_hosts_path(name)}", soft_wrap=True)
 
 
-from nodeforge import k8s  # noqa: E402  (the k8s group registers itself on main)
+from nodeforge import k8s, upgrade_cli  # noqa: E402  (the k8s group and upgrade register themselves on main)
 
 k8s.register(main)
+upgrade_cli.register(main)
+
+UPGRADE_ONLY = ("component", "to_version", "batch", "max_unavailable", "resume", "allow_downgrade")
+
+
+@main.command(name="plan", help=VERBS["plan"].help)
+@ansible_options
+@upgrade_cli.upgrade_options
+@click.option("--upgrade", "upgrade_mode", is_flag=True, help="Show the schedule of `nodeforge upgrade` instead.")
+def plan(upgrade_mode: bool, **kw: Any) -> None:
+    options = {k: kw.pop(k) for k in (*UPGRADE_ONLY, "drain")}
+    if upgrade_mode:
+        upgrade_cli.plan_upgrade(kw, options)
+    if any(options[k] for k in UPGRADE_ONLY) or options["drain"] != "none":
+        raise click.UsageError(f"--{', --'.join(k.replace('_', '-') for k in UPGRADE_ONLY)} and --drain need --upgrade")
+    sys.exit(run_verb("plan", _inputs(kw), kw.pop("json_mode"), **kw))
 
 
 if __name__ == "__main__":  # pragma: no cover

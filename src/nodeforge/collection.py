@@ -20,7 +20,18 @@ from ansible_collections.nodeforge.gpu.plugins.module_utils import (
     preflight,
     rules,
     settings,
+    upgrade,
 )
 from ansible_collections.nodeforge.gpu.plugins.plugin_utils import inventory_check
 
-__all__ = ["decisions", "inventory_check", "k8s_validate", "model", "parsers", "preflight", "rules", "settings"]
+__all__ = [
+    "decisions",
+    "inventory_check",
+    "k8s_validate",
+    "model",
+    "parsers",
+    "preflight",
+    "rules",
+    "settings",
+    "upgrade",
+]

@@ -82,6 +82,10 @@ class RunResult:
     notices: dict[str, list[str]] = field(default_factory=dict)
     # Per host: the check results of role validate's "Report the acceptance checks" task (nodeforge validate).
     acceptance: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Per host (nodeforge upgrade): the plan of role upgrade's probe (fact upgrade_plan) and the last record it wrote
+    # on the node (fact upgrade_record).
+    upgrade_plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    upgrade_records: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -109,6 +113,8 @@ class RunResult:
             "reboot_required": self.reboot_required,
             "notices": self.notices,
             "acceptance": self.acceptance,
+            "upgrade_plans": self.upgrade_plans,
+            "upgrade_records": self.upgrade_records,
             "error": self.error,
         }
 
@@ -138,6 +144,8 @@ class Progress:
         self.reboot_required: dict[str, bool] = {}
         self.notices: dict[str, list[str]] = defaultdict(list)
         self.acceptance: dict[str, list[dict[str, Any]]] = {}
+        self.upgrade_plans: dict[str, dict[str, Any]] = {}
+        self.upgrade_records: dict[str, dict[str, Any]] = {}
         self.lock = threading.Lock()
 
     def _notice(self, host: str, text: str) -> None:
@@ -170,6 +178,10 @@ class Progress:
                 facts = res.get("ansible_facts") or {}
                 if task_name == ACCEPTANCE_TASK and isinstance(facts.get("validate_results"), list):
                     self.acceptance[host] = list(facts["validate_results"])
+                if isinstance(facts.get("upgrade_plan"), dict):
+                    self.upgrade_plans[host] = dict(facts["upgrade_plan"])
+                if isinstance(facts.get("upgrade_record"), dict):
+                    self.upgrade_records[host] = dict(facts["upgrade_record"])
                 if "nodeforge_reboot_required" in facts:
                     self.reboot_required[host] = bool(facts["nodeforge_reboot_required"])
             elif kind == "runner_on_failed":
@@ -353,4 +365,6 @@ def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> 
         duration_s=duration,
         notices={h: list(n) for h, n in progress.notices.items() if n},
         acceptance=dict(progress.acceptance),
+        upgrade_plans=dict(progress.upgrade_plans),
+        upgrade_records=dict(progress.upgrade_records),
     )

@@ -1,0 +1,238 @@
+"""nodeforge upgrade's rules (module_utils/upgrade.py, filters nodeforge.gpu.upgrade_*) and its CLI's option handling.
+The runs against lab nodes are in tests/test_lab_upgrade.py."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from nodeforge.cli import main
+from nodeforge.collection import upgrade
+
+FilterModule = importlib.import_module("ansible_collections.nodeforge.gpu.plugins.filter.upgrade").FilterModule
+FILTERS = FilterModule().filters()
+
+
+def found(installed: str, target: str, na: str = "") -> dict:
+    return {"installed": installed, "target": target, "na": na}
+
+
+# --- versions and one component ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("package", "upstream"),
+    [("1.20.0-1", "1.20.0"), ("1:580.126.20-1~deb12u1", "580.126.20"), ("535.216.01-1~deb12u1", "535.216.01"),
+     ("580.105.08", "580.105.08"), ("", ""), (None, "")],
+)  # fmt: skip
+def test_package_versions_compare_as_the_manifest_writes_them(package, upstream):
+    assert upgrade.upstream(package) == upstream
+
+
+def test_component_moves_up_stays_or_refuses_a_downgrade():
+    assert upgrade.component_plan("toolkit", "1.20.0-1", "1.21.0", False)["action"] == "upgrade"
+    # dpkg's order, not the strings': 580.105.08 < 580.126.20, 1.9.0 < 1.10.0.
+    assert upgrade.component_plan("driver", "580.105.08-1", "580.126.20", False)["action"] == "upgrade"
+    assert upgrade.component_plan("toolkit", "1.9.0-1", "1.10.0", False)["action"] == "upgrade"
+    current = upgrade.component_plan("toolkit", "1.21.0-1", "1.21.0", False)
+    assert (current["action"], current["reason"]) == ("current", "already at 1.21.0")
+    refused = upgrade.component_plan("toolkit", "1.21.0-1", "1.20.0", False)
+    assert refused["action"] == "refused" and "--allow-downgrade" in refused["reason"]
+    allowed = upgrade.component_plan("toolkit", "1.21.0-1", "1.20.0", True)
+    assert (allowed["action"], allowed["from"], allowed["to"]) == ("downgrade", "1.21.0", "1.20.0")
+
+
+def test_a_component_without_target_or_install_is_refused_with_what_to_do():
+    assert "nvidia_driver_version" in upgrade.component_plan("driver", "535.216.01-1", "", False)["reason"]
+    assert "nodeforge provision" in upgrade.component_plan("ofed", "", "24.10-3.2.5.0", False)["reason"]
+
+
+# --- a node -----------------------------------------------------------------------------------------------------------
+
+
+def test_node_plan_from_the_versions_found():
+    plan = upgrade.node_plan({"toolkit": found("1.20.0-1", "1.21.0")}, "toolkit")
+    assert plan["action"] == "todo" and plan["components"][0]["reason"] == "1.20.0 -> 1.21.0"
+    assert upgrade.node_plan({"toolkit": found("1.21.0-1", "1.21.0")}, "toolkit")["action"] == "current"
+    refused = upgrade.node_plan({"driver": found("", "", na="DGX OS keeps its vendor-managed driver")}, "driver")
+    assert refused["action"] == "refused" and refused["refused"] == ["driver: DGX OS keeps its vendor-managed driver"]
+
+
+def test_stack_moves_what_the_node_has_and_leaves_out_what_does_not_apply():
+    plan = upgrade.node_plan(
+        {
+            "driver": found("580.105.08-1", "580.126.20"),
+            "ofed": found("", "", na="the inbox RDMA stack (rdma-core 44.0) moves with the OS's updates"),
+            "toolkit": found("1.20.0-1", "1.20.0"),
+        },
+        "stack",
+    )
+    assert plan["action"] == "todo"
+    assert [(e["component"], e["action"]) for e in plan["components"]] == [
+        ("driver", "upgrade"),
+        ("toolkit", "current"),
+    ]
+    assert upgrade.node_plan({}, "stack")["action"] == "refused"
+
+
+def test_an_unfinished_upgrade_is_refused_unless_resumed_and_then_redone_even_at_the_target():
+    record = json.dumps({"state": "upgrade-failed", "component": "toolkit", "step": "install",
+                         "from": {"toolkit": "1.20.0"}, "to": {"toolkit": "1.21.0"}})  # fmt: skip
+    at_target = {"toolkit": found("1.21.0-1", "1.21.0")}
+    refused = upgrade.node_plan(at_target, "toolkit", record)
+    assert refused["action"] == "refused"
+    assert "(toolkit to 1.21.0) stopped in state upgrade-failed at step install" in refused["refused"][0]
+    assert "--resume" in refused["refused"][0]
+    resumed = upgrade.node_plan(at_target, "toolkit", record, resume=True)
+    # Installed already, yet still cordoned: the run goes through the remaining steps again.
+    assert (resumed["action"], resumed["resume"]) == ("todo", True)
+    # The failed install left the package half-configured: dpkg no longer counts it as installed; the record knows.
+    half = upgrade.node_plan({"toolkit": found("", "1.21.0")}, "toolkit", record, resume=True)
+    assert (half["action"], half["components"][0]["from"]) == ("todo", "1.20.0")
+    other = upgrade.node_plan({"driver": found("580.105.08-1", "580.126.20")}, "driver", record, resume=True)
+    assert other["action"] == "refused" and "--component toolkit" in other["refused"][0]
+    done = {"state": "upgrade-done", "component": "toolkit", "step": "done"}
+    # As JSON text, and as the mapping Ansible's templating makes of a JSON string.
+    assert upgrade.node_plan(at_target, "toolkit", json.dumps(done))["action"] == "current"
+    assert upgrade.node_plan(at_target, "toolkit", done)["action"] == "current"
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"state": "upgrading"}), json.dumps([1])])
+def test_a_damaged_state_file_is_an_error_naming_what_was_found(text):
+    with pytest.raises(upgrade.UpgradeError, match="upgrade state file"):
+        upgrade.read_state(text)
+
+
+# --- batches ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("total", "batch", "max_unavailable", "size"),
+    [(10, None, None, 1), (10, 3, None, 3), (10, None, "25%", 2), (3, None, "25%", 1), (8, None, "100%", 8),
+     (10, None, "4", 4)],
+)  # fmt: skip
+def test_batch_size(total, batch, max_unavailable, size):
+    assert upgrade.batch_size(total, batch, max_unavailable) == size
+
+
+@pytest.mark.parametrize(
+    ("batch", "max_unavailable"), [(2, "50%"), (0, None), (None, "0%"), (None, "150%"), (None, "x")]
+)
+def test_batch_size_refuses_bad_values(batch, max_unavailable):
+    with pytest.raises(upgrade.UpgradeError):
+        upgrade.batch_size(4, batch, max_unavailable)
+
+
+def test_schedule_batches_the_nodes_to_do_in_host_name_order():
+    plans = {
+        "gpu-04": {"action": "todo"},
+        "gpu-01": {"action": "todo"},
+        "gpu-03": {"action": "current"},
+        "gpu-02": {"action": "todo"},
+        "gpu-05": {"action": "refused", "refused": ["toolkit: not installed"]},
+        "gpu-06": {"action": "todo"},
+    }
+    sched = upgrade.schedule(plans, 2)
+    assert sched["batches"] == [["gpu-01", "gpu-02"], ["gpu-04", "gpu-06"]]
+    assert sched["current"] == ["gpu-03"] and sched["refused"] == {"gpu-05": ["toolkit: not installed"]}
+
+
+# --- the filters the role uses ----------------------------------------------------------------------------------------
+
+
+def test_modules_unload_in_dependency_order_from_proc_modules():
+    proc_modules = (
+        "nvidia_uvm 1400832 0 - Live 0x0000000000000000 (POE)\n"
+        "nvidia_drm 122880 2 - Live 0x0000000000000000 (POE)\n"
+        "nvidia_modeset 1368064 1 nvidia_drm, Live 0x0000000000000000 (POE)\n"
+        "nvidia 56819712 12 nvidia_uvm,nvidia_peermem,nvidia_modeset, Live 0x0000000000000000 (POE)\n"
+        "nvidia_peermem 16384 0 - Live 0x0000000000000000 (POE)\n"
+        "ib_core 434176 9 nvidia_peermem,rdma_ucm, Live 0x0000000000000000\n"
+    )
+    assert FILTERS["upgrade_modules_to_unload"](proc_modules) == [
+        "nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia",
+    ]  # fmt: skip
+    assert FILTERS["upgrade_modules_to_unload"]("ib_core 434176 9 - Live 0x0\n") == []
+
+
+def test_gpu_pods_leave_out_daemonsets_and_finished_pods():
+    def pod(name, gpus, owner="Job", phase="Running", where="limits"):
+        return {
+            "metadata": {"name": name, "namespace": "ml", "ownerReferences": [{"kind": owner}]},
+            "spec": {"containers": [{"resources": {where: {"nvidia.com/gpu": gpus}}}]},
+            "status": {"phase": phase},
+        }
+
+    pods = [pod("train", 8), pod("dcgm-exporter", 1, owner="DaemonSet"), pod("cpu-only", 0),
+            pod("old", 1, phase="Succeeded"), pod("asks", "2", where="requests")]  # fmt: skip
+    assert FILTERS["upgrade_gpu_pods"](pods) == ["ml/train", "ml/asks"]
+
+
+def test_state_record_carries_the_step_versions_and_message():
+    plan = upgrade.node_plan({"toolkit": found("1.20.0-1", "1.21.0")}, "toolkit")
+    record = FILTERS["upgrade_state_record"]("upgrade-failed", "toolkit", "install", plan, "dpkg:\n  postinst failed",
+                                             {"stopped_units": ["nvidia-persistenced.service"]})  # fmt: skip
+    assert record == {
+        "state": "upgrade-failed", "component": "toolkit", "step": "install", "from": {"toolkit": "1.20.0"},
+        "to": {"toolkit": "1.21.0"}, "message": "dpkg: postinst failed",
+        "stopped_units": ["nvidia-persistenced.service"],
+    }  # fmt: skip
+    assert upgrade.read_state(json.dumps(record))["state"] == "upgrade-failed"
+    with pytest.raises(Exception, match="unknown upgrade state"):
+        FILTERS["upgrade_state_record"]("upgrading", "toolkit", "install", plan)
+
+
+def test_roles_per_component_follow_the_node_stack_order():
+    assert FILTERS["upgrade_roles"]("driver") == ["nvidia_driver", "gpudirect_rdma", "nvidia_container_toolkit"]
+    assert FILTERS["upgrade_roles"]("ofed") == ["ofed", "gpudirect_rdma"]
+    # The role's steps are the module's.
+    from tests.conftest import REPO
+
+    steps = __import__("yaml").safe_load((REPO / "roles" / "upgrade" / "vars" / "main.yml").read_text())[
+        "__upgrade_steps"
+    ]
+    assert tuple(steps) == upgrade.STEPS
+    assert all((REPO / "roles" / "upgrade" / "tasks" / f"step-{s.replace('_', '-')}.yml").is_file() for s in steps)
+
+
+# --- the CLI's own refusals (before any node is touched) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["upgrade", "-i", "x,"], "--component is required"),
+        (["upgrade", "-i", "x,", "--component", "stack", "--to", "1.0"], "--to names one component"),
+        (["upgrade", "-i", "x,", "--component", "toolkit", "--check"], "no check mode"),
+        (["plan", "-i", "x,", "--component", "toolkit"], "need --upgrade"),
+        (["plan", "-i", "x,", "--upgrade"], "needs --component"),
+    ],
+)
+def test_cli_refuses_bad_flag_combinations(argv, message):
+    run = CliRunner().invoke(main, argv)
+    assert run.exit_code == 2 and message in run.output, run.output
+
+
+def test_the_first_ctrl_c_asks_for_a_stop_after_the_step_and_the_second_cancels(tmp_path):
+    from rich.console import Console
+
+    from nodeforge.upgrade_cli import StopAfterStep
+
+    stop = tmp_path / "stop"
+    canceller = StopAfterStep(stop, Console(file=open(os.devnull, "w")))  # noqa: SIM115
+    canceller.request()
+    # The playbook sees the file and stops each node before its next step; ansible-runner is not cancelled.
+    assert stop.exists() and canceller() is False
+    canceller.request()
+    assert canceller() is True
+
+
+def test_the_filters_documentation_parses_and_names_every_filter():
+    module = importlib.import_module("ansible_collections.nodeforge.gpu.plugins.filter.upgrade")
+    doc = __import__("yaml").safe_load(module.DOCUMENTATION)
+    assert doc["name"] in FILTERS
+    assert all(f"C({name})" in module.DOCUMENTATION for name in FILTERS)
