@@ -86,9 +86,7 @@ def print_result(console: Console, result: RunResult, plan: bool = False) -> Non
     for host, texts in result.notices.items():
         for text in texts:
             console.print(f"[yellow]notice[/yellow] {host}: {text}", highlight=False, soft_wrap=True)
-    for f in result.failures:
-        kind = "UNREACHABLE" if f.unreachable else "FAILED"
-        console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)
+    print_failures(console, result)
     for host, required in result.reboot_required.items():
         if required:
             console.print(f"[yellow]reboot required[/yellow] on {host} (nodeforge_reboot_policy decides)")
@@ -97,6 +95,12 @@ def print_result(console: Console, result: RunResult, plan: bool = False) -> Non
     if result.status == "canceled":
         console.print("[red]canceled[/red]: the run was interrupted; hosts may be partly changed")
     console.print(f"artifacts: {result.artifacts}", highlight=False, soft_wrap=True)
+
+
+def print_failures(console: Console, result: RunResult) -> None:
+    for f in result.failures:
+        kind = "UNREACHABLE" if f.unreachable else "FAILED"
+        console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)
 
 
 def print_json(console: Console, payload: dict[str, Any]) -> None:

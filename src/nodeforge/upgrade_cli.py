@@ -156,9 +156,7 @@ def print_outcome(console: Console, result: RunResult, sched: dict[str, Any], ar
             state = record["state"] if record else "not started"
             table.add_row(str(i), host, state, record.get("step", "-") if record else "-")
     console.print(table)
-    for f in result.failures:
-        kind = "UNREACHABLE" if f.unreachable else "FAILED"
-        console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)
+    report.print_failures(console, result)
     unfinished = [h for h, r in records.items() if r.get("state") in upgrade.UNFINISHED]
     not_started = [h for hosts in sched["batches"] for h in hosts if h not in records]
     if unfinished or result.exit_code != EXIT_OK:

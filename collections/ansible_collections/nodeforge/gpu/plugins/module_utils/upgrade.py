@@ -52,8 +52,6 @@ STARTED, FAILED, STOPPED, DONE = "upgrade-started", "upgrade-failed", "upgrade-s
 UNFINISHED = (STARTED, FAILED, STOPPED)
 # Kernel modules a driver upgrade unloads, users first (nvidia needs every other one gone).
 DRIVER_MODULES = ("nvidia_peermem", "nv_peer_mem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia")
-# The GPU's local consumers, stopped before the install and started again after it.
-CONSUMER_UNITS = ("nvidia-persistenced.service", "nvidia-dcgm.service", "dcgm.service", "nvidia-fabricmanager.service")
 
 
 class UpgradeError(ValueError):
