@@ -1041,3 +1041,33 @@ def test_validate_rdma_peer_names_another_worker(tmp_path):
     ]
     hosts = {"node-01": {"validate_rdma_peer": "node-02"}, "node-02": None}
     assert messages(write_inventory(tmp_path / "ok", hosts=hosts)) == []
+
+
+def test_profile_overrides_reach_the_rules_that_read_the_profile(tmp_path):
+    # dgx-1's HCAs run at 100 Gb/s EDR (12,500 MB/s line rate): a 20,000 MB/s floor is impossible there, and possible
+    # on a node whose overrides say its HCA runs at 200 Gb/s.
+    floor = {"validate_rdma_min_bw_mbs": 20000}
+    [problem] = messages(write_inventory(tmp_path, floor))
+    assert "20000 MB/s on profile dgx-1 (HCAs at 100 Gb/s: at most 12500 MB/s)" in problem
+    hdr = {"hcas": [{"name": "mlx5_0", "link_layer": "InfiniBand", "rate_gbps": 200}]}
+    assert messages(write_inventory(tmp_path, {**floor, "nodeforge_profile_overrides": hdr})) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"expected": {"gpu": 1}},
+            "nodeforge_profile_overrides.expected.gpu: found 1 (int); expected one of the hardware profiles' keys "
+            "here: gpus, hcas",
+        ),
+        ({"hcas": "mlx5_0"}, "nodeforge_profile_overrides.hcas: found 'mlx5_0' (str); expected a list"),
+        ({"gpu": 4}, "nodeforge_profile_overrides.gpu: found 4 (int); expected a mapping"),
+    ],
+    ids=["unknown-key", "list-as-string", "mapping-as-number"],
+)
+def test_profile_overrides_must_fit_the_profiles(tmp_path, overrides, expected):
+    [problem] = messages(write_inventory(tmp_path, {"nodeforge_profile_overrides": overrides}))
+    assert "group_vars/gpu_nodes.yml" in problem and expected in problem, problem
+    if "gpu" in overrides.get("expected", {}):
+        assert "(did you mean gpus?)" in problem

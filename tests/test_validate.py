@@ -215,6 +215,52 @@ def test_gpu_profile_in_a_container_without_the_module_says_so():
     )
 
 
+def test_lent_gpu_machine_without_kmod_systemd_or_rdma_tools():
+    """What a lent H200 machine printed (docs/gpu-validate): the open 580 module loaded, no modinfo, systemctl or
+    ibstat on the node. The flavor comes from the loaded module's ID line; the missing tools are named, not misread
+    as damaged output."""
+    exp = expect(
+        "dgx-h100",
+        nodeforge_profile_overrides={"gpu": {"count": 1}, "expected": {"gpus": 1}},
+        nvidia_driver_version="580.159.04",
+        validate_gpu_ecc="enabled",
+    )
+    parsed = validate.sections(
+        probe(
+            proc_version=(output("proc-driver-nvidia-version-580-open-h200-vm.txt"), 0),
+            modinfo_version=("/bin/sh: 7: modinfo: not found", 127),
+            modinfo_license=("/bin/sh: 7: modinfo: not found", 127),
+            nvidia_smi=(output("nvidia-smi-query-gpu-h200-vm.txt"), 0),
+            nvidia_smi_remapped_rows=(output("nvidia-smi-query-remapped-rows-h200-vm.txt"), 0),
+            proc_modules=("nvidia_uvm 1830912 - - Live 0xffffffffc080c000 (O)\nnvidia 14299136 - - Live 0x0 (O)", 0),
+            sys_module=("", 0),
+            sys_module_nouveau=("", 1),
+            ibstat=("/bin/sh: 7: ibstat: not found", 127),
+            memlock_containerd=("/bin/sh: 7: systemctl: not found", 127),
+        )
+    )
+    results = by_check(validate.driver_checks(parsed, exp, {}) + validate.rdma_checks(parsed, exp, {}, "580.159.04"))
+    assert results["driver_version"]["status"] == "pass" and results["driver_version"]["measured"] == "580.159.04"
+    assert results["driver_flavor"]["status"] == "pass" and results["driver_flavor"]["measured"] == "open"
+    assert "no modinfo" in results["driver_flavor"]["reason"]
+    assert results["gpu_count"]["measured"] == 1 and results["gpu_count"]["status"] == "pass"
+    assert (
+        results["gpu_model"]["status"] == "fail"
+        and "NVIDIA H200 is not a H100 80GB HBM3" in (results["gpu_model"]["reason"])
+    )
+    assert results["gpu_ecc"]["status"] == "pass" and results["gpu_persistence"]["status"] == "pass"
+    ports = [results[f"hca_port[{h['name']}]"] for h in exp["hcas"]]
+    assert len(ports) == 8 and {p["status"] for p in ports} == {"fail"}
+    assert all(p["reason"].startswith("ibstat is not installed (infiniband-diags)") for p in ports)
+    assert ports[0]["expected"] == "ACTIVE 400 Gb/s InfiniBand"
+    assert results["gpu_remapped_rows"]["status"] == "pass"
+    assert results["memlock[containerd]"]["status"] == "fail"
+    assert results["memlock[containerd]"]["reason"].startswith("systemctl is not on this node")
+    # A proprietary module, told by its ID line alone, is not the open flavor the profile wants.
+    proprietary = acceptance.evaluate_driver_flavor(None, "open", output("proc-driver-nvidia-version-535-debian12.txt"))
+    assert (proprietary["status"], proprietary["measured"]) == ("fail", "proprietary")
+
+
 def test_rdma_checks_on_dgx1_outputs():
     exp = expect("dgx-1", ofed_mode="mlnx_ofed", ofed_version="4.7-3.2.9.0")
     parsed = validate.sections(
@@ -603,3 +649,28 @@ def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_threshol
         server = checks["n1"][f"ib_write_bw[{hca} <-> n2]"]
         assert (server["status"], server["measured"], server["expected"]) == ("fail", 11811.28, 12000.0)
     assert checks["n3"]["ib_write_bw"]["status"] == "na"
+
+
+def test_the_recorded_gpu_report_follows_from_its_raw_outputs():
+    """docs/gpu-validate: the report `nodeforge validate` wrote on a lent H200 machine, and the raw outputs of the
+    role's probes captured there in the same run (probes-h200.txt). Judged again here with that inventory, today's
+    code gives the same node checks: a change of a parser or a rule that would judge the real machine differently
+    fails here."""
+    where = REPO / "docs" / "gpu-validate"
+    variables = yaml.safe_load((where / "inventory" / "group_vars" / "gpu_nodes.yml").read_text())
+    recorded = json.loads((where / "validate-h200.json").read_text())["hosts"]["gpu-node-01"]["checks"]
+    exp = validate.expectations(model.HostModel("gpu-node-01", variables))
+    # The machine has /.dockerenv (Ansible's facts call it a container) and no SELinux policy store.
+    node = {"in_container": True, "selinux_store": None, "te_versions": {}}
+    probes = {"all": (where / "probes-h200.txt").read_text()}
+    perf = {"ib_write_bw", "nccl_busbw", "nccl_latency", "dcgm_diag"}
+    judged = [r for r in validate.evaluate(probes, exp, node, {"enabled": False}) if r["check"] not in perf]
+    assert judged == [r for r in recorded if r["check"] not in perf]
+    assert [r["check"] for r in recorded if r["status"] == "pass"] == [
+        "driver_flavor",
+        "gpu_count",
+        "gpu_persistence",
+        "gpu_ecc",
+        "gpu_remapped_rows",
+        "nouveau",
+    ]

@@ -827,13 +827,18 @@ def evaluate_driver_version(version_output: object, expected_version: str | None
 
 def evaluate_driver_flavor(license_output: object, expected_flavor: str | None, version_output: object = None) -> dict:
     """The module's flavor, from its license, is the configured one (open or proprietary); with
-    /proc/driver/nvidia/version given, its ID line must agree."""
+    /proc/driver/nvidia/version given, its ID line must agree. license_output None (no modinfo on the node): the ID
+    line alone."""
     check = "driver_flavor"
     if not expected_flavor:
         return not_applicable(check, "no driver flavor configured for this node")
     try:
-        flavor = license_output if license_output in ("open", "proprietary") else module_license_flavor(license_output)
         hint = None if version_output is None else _read(version_output, nvidia_driver_version)["flavor_hint"]
+        if license_output is None and hint is not None:
+            status = "pass" if hint == expected_flavor else "fail"
+            reason = f"{hint} kernel modules (the loaded module's ID line; no modinfo on the node to read the license)"
+            return check_result(check, status, hint, expected_flavor, reason)
+        flavor = license_output if license_output in ("open", "proprietary") else module_license_flavor(license_output)
     except ParseError as error:
         return parse_failure(check, error, expected_flavor)
     if hint is not None and hint != flavor:

@@ -146,7 +146,7 @@ def cluster_from(control: Mapping[str, Any], nodes: Mapping[str, Mapping[str, An
     for host in sorted(nodes):
         variables = nodes[host]
         profile_name = variables.get("nodeforge_profile")
-        profile = model.profiles().get(str(profile_name))
+        profile = model.host_profile(variables)
         if profile is None:
             raise K8sConfigError(f"host {host}: nodeforge_profile {profile_name!r} is not a known hardware profile")
         name = _effective("k8s_node_labels_node_name", variables) or host

@@ -61,6 +61,29 @@ def profiles(root: str | None = None) -> dict[str, dict]:
     return result
 
 
+PROFILE_OVERRIDES = "nodeforge_profile_overrides"
+
+
+def profile_shape(root: str | None = None) -> dict:
+    """Every key the hardware profiles use, nested (the first profile's value of each as its sample): what
+    nodeforge_profile_overrides is checked against."""
+    shape: dict = {}
+    for data in profiles(root).values():
+        shape = deep_merge(data, shape)
+    return shape
+
+
+def host_profile(variables: Mapping, root: str | None = None) -> dict | None:
+    """The host's hardware profile as the roles see it (nodeforge_hw): nodeforge_profile, with
+    nodeforge_profile_overrides deep-merged over it (roles/nodeforge/tasks/main.yml); None for an unknown profile."""
+    name = variables.get("nodeforge_profile")
+    profile = profiles(root).get(name) if isinstance(name, str) else None
+    overrides = variables.get(PROFILE_OVERRIDES)
+    if profile is not None and isinstance(overrides, Mapping):
+        return deep_merge(profile, overrides)
+    return profile
+
+
 # Variables whose values are secrets: never shown by check, never logged by the roles. Listed here, not as no_log in
 # the roles' argument specs: Ansible's role argument validation fails on a vault-encrypted value under a no_log
 # option ("Unknown parameter type: AnsibleVaultEncryptedUnicode"), and these are the values that live in a vault.
@@ -294,18 +317,24 @@ MANIFEST_TABLES = {
 }
 
 
-def override_problems(overrides: Any, base: Any, path: str = "") -> list[tuple[str, str]]:
-    """Where nodeforge_manifest_overrides does not fit the version manifest: (path, expected) pairs.
+def override_problems(
+    overrides: Any, base: Any, path: str = "", name: str = "nodeforge_manifest_overrides"
+) -> list[tuple[str, str]]:
+    """Where nodeforge_manifest_overrides does not fit the version manifest (or nodeforge_profile_overrides the
+    hardware profiles, name=PROFILE_OVERRIDES, base=profile_shape()): (path, expected) pairs.
 
-    Each overridden entry must have the manifest entry's shape (a mapping where the manifest has a mapping, a list
-    where it has a list, a single value where it has one). New keys are welcome in the manifest's tables
-    (MANIFEST_TABLES: a branch, a distribution); in its records they are refused, with the closest known key."""
-    label = f"nodeforge_manifest_overrides{'.' if path else ''}{path}"
+    Each overridden entry must have the base entry's shape (a mapping where the base has a mapping, a list where it
+    has a list, a single value where it has one). New keys are welcome in the manifest's tables (MANIFEST_TABLES: a
+    branch, a distribution); in its records, and anywhere in a profile, they are refused, with the closest known
+    key."""
+    tables = MANIFEST_TABLES if name == "nodeforge_manifest_overrides" else {}
+    what = "the manifest's" if tables else "the hardware profiles'"
+    label = f"{name}{'.' if path else ''}{path}"
     if not isinstance(overrides, Mapping):
         return [(label, _SHAPE_WORDS["mapping"])]
     base = base if isinstance(base, Mapping) else {}
     parent = path.rpartition(".")[0]
-    entry_shape = MANIFEST_TABLES.get(path) or MANIFEST_TABLES.get(f"{parent}.*" if parent else "")
+    entry_shape = tables.get(path) or tables.get(f"{parent}.*" if parent else "")
     problems: list[tuple[str, str]] = []
     for key, value in overrides.items():
         where = f"{path}.{key}" if path else str(key)
@@ -316,13 +345,13 @@ def override_problems(overrides: Any, base: Any, path: str = "") -> list[tuple[s
         else:
             close = difflib.get_close_matches(str(key), [str(k) for k in base], n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            problems.append((f"{label}.{key}", f"one of the manifest's keys here: {', '.join(map(str, base))}{hint}"))
+            problems.append((f"{label}.{key}", f"one of {what} keys here: {', '.join(map(str, base))}{hint}"))
             continue
         if _shape(value) != wanted and not (wanted == "scalar" and value is None):
             problems.append((f"{label}.{key}", _SHAPE_WORDS[wanted]))
         elif wanted == "mapping":
             known = base.get(key) if key in base else _sample(base)
-            problems += override_problems(value, known, where)
+            problems += override_problems(value, known, where, name)
     return problems
 
 
@@ -390,7 +419,8 @@ class HostModel:
         self.manifest = deep_merge(base, overrides) if isinstance(overrides, Mapping) else base
         profile = variables.get("nodeforge_profile")
         self.profile_name = str(profile) if isinstance(profile, str) else ""
-        self.profile = profiles(root).get(self.profile_name)
+        # The roles see the profile with nodeforge_profile_overrides merged in, as nodeforge_hw.
+        self.profile = host_profile(variables, root)
 
     @property
     def arch(self) -> str:

@@ -51,6 +51,11 @@ def _section(probes: Mapping[str, Mapping], name: str) -> dict:
     return dict(probes.get(name) or {"output": "", "rc": -1})
 
 
+def _absent(section: Mapping) -> bool:
+    """The probe's command is not on the node (the shell's exit code 127, "not found")."""
+    return section["rc"] == 127 and "not found" in section["output"]
+
+
 def _ok(probes: Mapping[str, Mapping], name: str) -> str | None:
     """The section's output when its command succeeded, else None."""
     section = _section(probes, name)
@@ -183,7 +188,9 @@ def driver_checks(probes: Mapping[str, Mapping], exp: Mapping, node: Mapping) ->
             "driver_version", "fail", version["measured"], wanted, f"the installed module is {installed}, not {wanted}"
         )
     results.insert(0, version)
-    license_output = _section(probes, "modinfo_license")["output"]
+    # Without modinfo (kmod not installed: a minimal image), the loaded module's ID line alone tells the flavor.
+    modinfo = _section(probes, "modinfo_license")
+    license_output = None if _absent(modinfo) else modinfo["output"]
     results.insert(1, acceptance.evaluate_driver_flavor(license_output, exp.get("driver_flavor"), proc["output"]))
     remapped = _ok(probes, "nvidia_smi_remapped_rows")
     gpus = acceptance.evaluate_gpus(
@@ -279,13 +286,24 @@ def memlock_checks(probes: Mapping[str, Mapping], exp: Mapping) -> list[dict]:
         if "LoadState=not-found" in text:
             results.append(not_applicable(f"memlock[{service}]", f"{service}.service is not installed on this node"))
             continue
+        if _absent(section):
+            reason = f"systemctl is not on this node: no service manager to read {service}.service's LimitMEMLOCK from"
+            results.append(check_result(f"memlock[{service}]", "fail", None, "infinity", reason))
+            continue
         lines = [line for line in text.splitlines() if not line.startswith("LoadState=")]
         results.append(acceptance.evaluate_memlock("\n".join(lines), service))
     return results
 
 
 def rdma_checks(probes: Mapping[str, Mapping], exp: Mapping, node: Mapping, loaded_driver: str | None) -> list[dict]:
-    hcas = acceptance.evaluate_hca_ports(_section(probes, "ibstat")["output"], exp.get("hcas"), exp.get("profile"))
+    ibstat = _section(probes, "ibstat")
+    hcas = acceptance.evaluate_hca_ports(ibstat["output"], exp.get("hcas"), exp.get("profile"))
+    if _absent(ibstat) and exp.get("hcas"):
+        reason = "ibstat is not installed (infiniband-diags): no RDMA stack to read the ports from"
+        hcas = [
+            check_result(c["check"], "fail", None, f"ACTIVE {h.get('rate_gbps')} Gb/s {h.get('link_layer')}", reason)
+            for c, h in zip(hcas, exp["hcas"], strict=True)
+        ]
     return [
         ofed_check(probes, exp),
         *hcas,

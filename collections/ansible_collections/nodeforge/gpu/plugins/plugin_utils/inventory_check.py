@@ -482,10 +482,11 @@ class Checker:
             # Values that land in files: full-match patterns, no control characters (a newline adds a line).
             for path, found, expected in model.value_problems(name, value):
                 self.add(d.where, d.scope, path, SECRET if spec.no_log else found, expected)
-        if name == MANIFEST_OVERRIDES and value is not None and not problems:
-            for path, expected in model.override_problems(value, model.manifest()):
-                found = _show(_at(value, path.split(".")[1:]))
-                self.add(d.where, d.scope, path, f"{found} ({_kind(_at(value, path.split('.')[1:]))})", expected)
+        bases = {MANIFEST_OVERRIDES: model.manifest, model.PROFILE_OVERRIDES: model.profile_shape}
+        if name in bases and value is not None and not problems:
+            for path, expected in model.override_problems(value, bases[name](), name=name):
+                found = _at(value, path.split(".")[1:])
+                self.add(d.where, d.scope, path, f"{_show(found)} ({_kind(found)})", expected)
 
     def check_profile_name(self, where: str, scope: str, value: Any) -> None:
         if model.is_templated(value):
@@ -525,6 +526,9 @@ class Checker:
             overrides = variables.get(MANIFEST_OVERRIDES)
             if overrides is not None and model.override_problems(overrides, model.manifest()):
                 continue  # the rules read the overridden manifest: its problems are reported where it is set
+            hw = variables.get(model.PROFILE_OVERRIDES)
+            if hw is not None and model.override_problems(hw, model.profile_shape(), name=model.PROFILE_OVERRIDES):
+                continue  # likewise the overridden profile
             host_model = model.HostModel(host, variables, origins)
             for v in [*rules.evaluate(host_model), *rules.rdma_peer_problems(host_model, workers)]:
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
