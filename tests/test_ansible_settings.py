@@ -4,6 +4,9 @@ through Ansible's own config lookup, its fact cache on disk and the command ansi
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,20 @@ def test_control_path_dir_short_enough_for_a_socket(tmp_path):
     # ssh adds "/" + 40 hex digits (%C) + a 17-character temporary suffix; a UNIX socket path has 108 bytes.
     assert len(str(chosen)) + 1 + 40 + 17 < 108
     assert chosen != ansible_settings.control_path_dir(deep / "other"), "two state directories share sockets"
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
+def test_ssh_reads_the_shipped_args_as_a_dropped_master_after_15_seconds_of_silence(tmp_path):
+    """OpenSSH's own view of ANSIBLE_SSH_ARGS (ssh -G prints the configuration it would connect with): masters
+    persist, and a node that stops answering (a reboot under a master) is given up after 5 s x 3 unanswered probes."""
+    args = ansible_settings.environment(tmp_path, {})["ANSIBLE_SSH_ARGS"]
+    effective = subprocess.run(
+        ["ssh", "-G", "-F", "/dev/null", *shlex.split(args), "node.example"], capture_output=True, text=True, check=True
+    ).stdout
+    config = dict(line.split(" ", 1) for line in effective.splitlines() if " " in line)
+    assert (config["controlmaster"], config["controlpersist"]) == ("auto", "120")
+    assert int(config["serveraliveinterval"]) * int(config["serveralivecountmax"]) == 15
+    assert config["compression"] == "yes"
 
 
 def test_callers_environment_wins(tmp_path):

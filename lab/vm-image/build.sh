@@ -48,8 +48,10 @@ root=$(mktemp -d /var/tmp/nodeforge-vmroot.XXXXXX)
 work=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$root" "$work" "$root.log"' EXIT
 proxy=()
+cache=DIRECT
 if timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/3142' 2>/dev/null; then
-  proxy=(env http_proxy=http://127.0.0.1:3142)
+  cache=http://127.0.0.1:3142
+  proxy=(env http_proxy=$cache)
 fi
 echo "debootstrap bookworm with linux-image-amd64 into $root (a few minutes)" >&2
 "${proxy[@]}" debootstrap --variant=minbase \
@@ -106,8 +108,24 @@ ln -sf /etc/systemd/system/nodeforge-vm-seed.service \
 install -m 0755 "$here/../base-image/apt-proxy-detect" "$root/usr/local/sbin/nodeforge-apt-proxy-detect"
 echo 'Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/nodeforge-apt-proxy-detect";' \
   >"$root/etc/apt/apt.conf.d/00nodeforge-proxy"
+# dpkg as in Debian's container images: no fsync per file (the nodes' disks are throwaway overlays; under software
+# emulation every sync is slow).
+echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/nodeforge-unsafe-io"
+# The package lists of the sources above, fetched now (through the package cache when it runs): a node booted within
+# the roles' apt cache_valid_time (an hour) of the build finds them current, as a node that ran apt-get update does,
+# and its first apt task skips a refresh that takes a minute under software emulation; an older image's lists are
+# stale to cache_valid_time, so the roles refresh them. Translations are never fetched.
+echo 'Acquire::Languages "none";' >"$root/etc/apt/apt.conf.d/00nodeforge-no-translations"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-touch -d @0 "$root/var/lib/apt/lists"  # empty lists look stale to cache_valid_time (as in the container image)
+resolv=
+if [[ ! -e $root/etc/resolv.conf && ! -L $root/etc/resolv.conf ]]; then
+  resolv=$root/etc/resolv.conf
+  cp /etc/resolv.conf "$resolv"
+fi
+chroot "$root" apt-get -q -o Acquire::http::Proxy-Auto-Detect= -o "Acquire::http::Proxy=$cache" update \
+  >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+[[ -z $resolv ]] || rm -f "$resolv"
+rm -rf "$root"/var/cache/apt/*.bin
 
 kernel=$(find "$root/boot" -name 'vmlinuz-*' | sort | tail -1)
 initrd=$(find "$root/boot" -name 'initrd.img-*' | sort | tail -1)

@@ -22,6 +22,12 @@ FACT_CACHE_TIMEOUT_S = 1800
 # How long an idle SSH master connection stays open: long enough to span the gaps between plays and between the
 # `lab up` provision and an immediate re-run, short enough not to pile up connections to nodes left alone.
 CONTROL_PERSIST_S = 120
+# A master connection whose node stops answering (it rebooted, its link went down) gives up after this many seconds
+# without a reply (ServerAliveInterval x ServerAliveCountMax) instead of holding every later command on it forever:
+# the reboot module's boot-id checks go through the master, and a master opened just before the node went down hung
+# them past any timeout (ConnectTimeout covers new connections only).
+SERVER_ALIVE_INTERVAL_S = 5
+SERVER_ALIVE_COUNT_MAX = 3
 FORKS_MIN = 5  # Ansible's own default
 FORKS_MAX = 64  # each fork is a controller process and an SSH session
 # ssh's ControlPath is a UNIX socket: 108 bytes, of which %C takes 40 and ssh's temporary suffix 17 more.
@@ -54,8 +60,10 @@ def settings(state: Path) -> list[Setting]:
         ),
         Setting(
             "ANSIBLE_SSH_ARGS",
-            f"-C -o ControlMaster=auto -o ControlPersist={CONTROL_PERSIST_S}s",
-            "one SSH connection per node for the whole run (and the next run soon after), not one per task",
+            f"-C -o ControlMaster=auto -o ControlPersist={CONTROL_PERSIST_S}s "
+            f"-o ServerAliveInterval={SERVER_ALIVE_INTERVAL_S} -o ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}",
+            "one SSH connection per node for the whole run (and the next run soon after), not one per task; one "
+            "whose node stopped answering (a reboot) is dropped after 15 s",
         ),
         Setting(
             "ANSIBLE_SSH_CONTROL_PATH_DIR",
