@@ -16,10 +16,10 @@ export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH:/usr/local/nvidia/
   echo "## tools"; for t in ib_write_bw all_reduce_perf dcgmi ibstat ofed_info nvidia-ctk; do printf '%s: %s\n' "$t" "$(command -v $t || echo absent)"; done
 } > "$out/host.txt" 2>&1
 # The role's probes as it runs them (roles/validate/files, the query fields of its vars/main.yml): the raw outputs.
+query() { python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))[sys.argv[2]])' roles/validate/vars/main.yml "$1"; }
 for area in driver rdma runtime; do
-  GPU_QUERY=index,name,pci.bus_id,persistence_mode,ecc.mode.current,retired_pages.pending \
-    REMAPPED_QUERY=gpu_bus_id,remapped_rows.pending,remapped_rows.failure SERVICES=containerd FILES= LC_ALL=C \
-    sh -c "$(cat roles/validate/files/probe-lib.sh roles/validate/files/probe-$area.sh)"
+  GPU_QUERY=$(query __validate_gpu_query) REMAPPED_QUERY=$(query __validate_remapped_query) \
+    SERVICES=containerd FILES= LC_ALL=C sh -c "$(cat roles/validate/files/probe-lib.sh roles/validate/files/probe-$area.sh)"
 done > "$out/probes.txt" 2>&1
 python3 -m nodeforge check -i docs/gpu-validate/inventory > "$out/check.txt" 2>&1; echo "check rc=$?"
 python3 -m nodeforge validate -i docs/gpu-validate/inventory --perf \

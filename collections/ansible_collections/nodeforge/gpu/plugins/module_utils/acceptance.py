@@ -958,22 +958,28 @@ def evaluate_ofed(ofed_output: object, expected_version: str | None) -> dict:
 
 
 def evaluate_hca_ports(
-    port_output: object, profile_hcas: Sequence[Mapping] | None, profile_name: str | None = None
+    port_output: object,
+    profile_hcas: Sequence[Mapping] | None,
+    profile_name: str | None = None,
+    unreadable: str | None = None,
 ) -> list[dict]:
     """Each of the profile's HCAs (hcas: [{name, rate_gbps, link_layer, port (default 1)}]) is present in ibstat's or
-    ibstatus' output, its port ACTIVE, at the profile's rate and link layer: one check hca_port[NAME] each."""
+    ibstatus' output, its port ACTIVE, at the profile's rate and link layer: one check hca_port[NAME] each.
+    unreadable: why there is no output to read (the tool is not installed): every port fails with that reason."""
     if not profile_hcas:
         where = f" {profile_name}" if profile_name else ""
         return [not_applicable("hca_ports", f"no HCA in profile{where}")]
     names = [f"hca_port[{hca.get('name')}]" for hca in profile_hcas]
+    expectations = [f"ACTIVE {hca.get('rate_gbps')} Gb/s {hca.get('link_layer')}" for hca in profile_hcas]
+    if unreadable:
+        return [check_result(n, "fail", None, e, unreadable) for n, e in zip(names, expectations, strict=True)]
     try:
         ports = _read(port_output, hca_ports)
     except ParseError as error:
         return [parse_failure(name, error) for name in names]
     results = []
-    for name, hca in zip(names, profile_hcas, strict=True):
+    for name, hca, expected in zip(names, profile_hcas, expectations, strict=True):
         want_port = int(hca.get("port", 1))
-        expected = f"ACTIVE {hca.get('rate_gbps')} Gb/s {hca.get('link_layer')}"
         found = [p for p in ports if p["ca"] == hca.get("name") and p["port"] == want_port]
         if not found:
             results.append(check_result(name, "fail", None, expected, f"{hca.get('name')} port {want_port} not found"))

@@ -64,6 +64,7 @@ def profiles(root: str | None = None) -> dict[str, dict]:
 PROFILE_OVERRIDES = "nodeforge_profile_overrides"
 
 
+@cache
 def profile_shape(root: str | None = None) -> dict:
     """Every key the hardware profiles use, nested (the first profile's value of each as its sample): what
     nodeforge_profile_overrides is checked against."""

@@ -297,13 +297,10 @@ def memlock_checks(probes: Mapping[str, Mapping], exp: Mapping) -> list[dict]:
 
 def rdma_checks(probes: Mapping[str, Mapping], exp: Mapping, node: Mapping, loaded_driver: str | None) -> list[dict]:
     ibstat = _section(probes, "ibstat")
-    hcas = acceptance.evaluate_hca_ports(ibstat["output"], exp.get("hcas"), exp.get("profile"))
-    if _absent(ibstat) and exp.get("hcas"):
-        reason = "ibstat is not installed (infiniband-diags): no RDMA stack to read the ports from"
-        hcas = [
-            check_result(c["check"], "fail", None, f"ACTIVE {h.get('rate_gbps')} Gb/s {h.get('link_layer')}", reason)
-            for c, h in zip(hcas, exp["hcas"], strict=True)
-        ]
+    missing = "ibstat is not installed (infiniband-diags): no RDMA stack to read the ports from"
+    hcas = acceptance.evaluate_hca_ports(
+        ibstat["output"], exp.get("hcas"), exp.get("profile"), missing if _absent(ibstat) else None
+    )
     return [
         ofed_check(probes, exp),
         *hcas,

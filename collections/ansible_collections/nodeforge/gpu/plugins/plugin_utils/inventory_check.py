@@ -482,9 +482,8 @@ class Checker:
             # Values that land in files: full-match patterns, no control characters (a newline adds a line).
             for path, found, expected in model.value_problems(name, value):
                 self.add(d.where, d.scope, path, SECRET if spec.no_log else found, expected)
-        bases = {MANIFEST_OVERRIDES: model.manifest, model.PROFILE_OVERRIDES: model.profile_shape}
-        if name in bases and value is not None and not problems:
-            for path, expected in model.override_problems(value, bases[name](), name=name):
+        if name in OVERRIDE_BASES and value is not None and not problems:
+            for path, expected in model.override_problems(value, OVERRIDE_BASES[name](), name=name):
                 found = _at(value, path.split(".")[1:])
                 self.add(d.where, d.scope, path, f"{_show(found)} ({_kind(found)})", expected)
 
@@ -523,12 +522,11 @@ class Checker:
             if model.is_empty(variables.get("nodeforge_profile")):
                 merged[(where, "nodeforge_profile", "nothing", "a hardware profile")].append(host)
                 continue
-            overrides = variables.get(MANIFEST_OVERRIDES)
-            if overrides is not None and model.override_problems(overrides, model.manifest()):
-                continue  # the rules read the overridden manifest: its problems are reported where it is set
-            hw = variables.get(model.PROFILE_OVERRIDES)
-            if hw is not None and model.override_problems(hw, model.profile_shape(), name=model.PROFILE_OVERRIDES):
-                continue  # likewise the overridden profile
+            if any(
+                variables.get(name) is not None and model.override_problems(variables[name], base(), name=name)
+                for name, base in OVERRIDE_BASES.items()
+            ):
+                continue  # the rules read the overridden manifest and profile: their problems are reported where set
             host_model = model.HostModel(host, variables, origins)
             for v in [*rules.evaluate(host_model), *rules.rdma_peer_problems(host_model, workers)]:
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
@@ -545,6 +543,8 @@ class Checker:
 
 
 MANIFEST_OVERRIDES = "nodeforge_manifest_overrides"
+# The variables deep-merged over shipped data, and the data each must fit (model.override_problems).
+OVERRIDE_BASES = {MANIFEST_OVERRIDES: model.manifest, model.PROFILE_OVERRIDES: model.profile_shape}
 
 
 def _at(value: Any, keys: list[str]) -> Any:
