@@ -6,7 +6,8 @@ under software emulation (`-accel tcg`: KVM guests do not boot on every machine 
 loopback-forwarded port; its identity (host key, the lab's client key, its private link address) goes in through QEMU's
 fw_cfg, read in the guest before sshd starts, so that the lab's known_hosts is written from keys generated here, as
 for the container nodes. Consecutive nodes (1-2, 3-4, ...) share a private link: a QEMU socket netdev over UDP on
-loopback, eth1 in the guests, where two nodes run RDMA tests against each other over soft-RoCE.
+loopback, eth1 in the guests, where two nodes run RDMA tests against each other over soft-RoCE. Each QEMU runs under
+nodeforge.vm_supervisor, which starts it again when its guest reboots.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,7 +34,9 @@ CPU = "max"
 MEMORY_MB = int(os.environ.get("NODEFORGE_VM_MEMORY_MB", "1024"))
 BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "300"))
 FW_CFG = "opt/org.nodeforge"
-LINK_NET = "10.77"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
+LINK_NET = "10.77"
+SUPERVISOR = "nodeforge.vm_supervisor"
+SUPERVISOR_PID = "supervisor.pid"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
 
 
 @dataclass
@@ -94,7 +98,7 @@ def _mac(node: VmNode, nic: int) -> str:
 
 
 def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
-    """The QEMU command line of a node (daemonized; console on ttyS0 into console.log)."""
+    """The QEMU command line of a node, run by vm_supervisor (console on ttyS0, appended to console.log)."""
     here = node_dir(name, node.name)
     key = lab.host_key(name, node.name)
     client = lab.client_key(name)
@@ -108,8 +112,10 @@ def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
         "-fw_cfg", f"name={FW_CFG}/host_key,file={key}",
         "-fw_cfg", f"name={FW_CFG}/host_key_pub,file={key.with_name(key.name + '.pub')}",
         "-fw_cfg", f"name={FW_CFG}/authorized,file={client.with_name(client.name + '.pub')}",
-        "-display", "none", "-monitor", "none", "-serial", f"file:{here / 'console.log'}",
-        "-pidfile", str(here / "qemu.pid"), "-daemonize",
+        "-display", "none", "-monitor", "none",
+        "-chardev", f"file,id=console,path={here / 'console.log'},append=on", "-serial", "chardev:console",
+        # A guest reboot ends QEMU; vm_supervisor starts a fresh one, which boots twice as fast under emulation.
+        "-no-reboot", "-pidfile", str(here / "qemu.pid"),
     ]  # fmt: skip
     if node.link_port is not None:
         (here / "link_address").write_text(node.link_address or "")
@@ -121,14 +127,23 @@ def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
     return argv
 
 
-def _pid(name: str, node: str) -> int | None:
-    """The pid of the node's QEMU, when it runs (the pidfile's process is a QEMU of this node)."""
+def _pid(name: str, node: str, pidfile: str = "qemu.pid") -> int | None:
+    """The pid of the node's QEMU (or, with supervisor.pid, of its vm_supervisor), when it runs: the pidfile's process
+    is one of this node's."""
+    here = node_dir(name, node)
     try:
-        pid = int((node_dir(name, node) / "qemu.pid").read_text().strip())
+        pid = int((here / pidfile).read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return None
+    if pidfile == SUPERVISOR_PID:
+        return pid if SUPERVISOR.encode() in cmdline and str(here).encode() in cmdline else None
     return pid if Path(cmdline[0].decode()).name == QEMU and node.encode() in cmdline else None
+
+
+def _running(name: str, node: str) -> bool:
+    """QEMU runs, or its supervisor does (between a guest's reboot and the fresh QEMU that boots it again)."""
+    return _pid(name, node) is not None or _pid(name, node, SUPERVISOR_PID) is not None
 
 
 def _saved(name: str) -> list[VmNode]:
@@ -139,7 +154,7 @@ def _saved(name: str) -> list[VmNode]:
 
 
 def nodes(name: str) -> list[lab.Node]:
-    return [lab.Node(n.name, "running" if _pid(name, n.name) else "stopped", n.ssh_port) for n in _saved(name)]
+    return [lab.Node(n.name, "running" if _running(name, n.name) else "stopped", n.ssh_port) for n in _saved(name)]
 
 
 def up(name: str, count: int) -> Path:
@@ -173,7 +188,7 @@ def up(name: str, count: int) -> Path:
             (here / "node.json").write_text(json.dumps(asdict(node), indent=2) + "\n")
         wanted.append(node)
     for node in wanted:
-        if _pid(name, node.name) is None:
+        if not _running(name, node.name):
             _start(name, node, image)
     ports = {node.name: node.ssh_port for node in wanted}
     lab.write_known_hosts(name, ports)
@@ -193,9 +208,20 @@ def _start(name: str, node: VmNode, image: Path) -> None:
     if not lab.host_key(name, node.name).exists():
         raise lab._no_host_key(name, node.name)
     (here / "console.log").unlink(missing_ok=True)
-    proc = subprocess.run(qemu_argv(name, node, image), capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise lab.LabError(f"lab node {node.name}: {QEMU} did not start: {proc.stderr.strip() or proc.stdout.strip()}")
+    (here / "qemu.argv").write_text(json.dumps(qemu_argv(name, node, image)) + "\n")
+    log = here / "supervisor.log"
+    with log.open("wb") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", SUPERVISOR, str(here)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    # QEMU writes its pidfile once the machine is set up; a bad option or a missing file ends it before that.
+    deadline = time.monotonic() + 30
+    while _pid(name, node.name) is None:
+        if supervisor.poll() is not None or time.monotonic() > deadline:
+            supervisor.kill()
+            raise lab.LabError(f"lab node {node.name}: {QEMU} did not start: {log.read_text().strip()}")
+        time.sleep(0.1)
 
 
 def write_inventory(name: str, vm_nodes: list[VmNode]) -> Path:
@@ -222,13 +248,14 @@ def down(name: str) -> list[str]:
     """Stop every VM node of the lab (SIGTERM, then SIGKILL); returns their names. The caller removes the files."""
     stopped = []
     for node in _saved(name):
-        pid = _pid(name, node.name)
-        if pid is not None:
+        # The supervisor first, so that it does not start QEMU again.
+        pids = [_pid(name, node.name, SUPERVISOR_PID), _pid(name, node.name)]
+        for pid in filter(None, pids):
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            while _pid(name, node.name) is not None and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if (pid := _pid(name, node.name)) is not None:
-                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _running(name, node.name) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for pid in filter(None, (_pid(name, node.name, SUPERVISOR_PID), _pid(name, node.name))):
+            os.kill(pid, signal.SIGKILL)
         stopped.append(node.name)
     return stopped
