@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
 
 DOCUMENTATION = r"""
 name: kubeconfig_server
@@ -23,11 +23,9 @@ options:
 """
 
 
+@reraise_as_filter_error(k8s_objects.K8sConfigError)
 def kubeconfig_server(text: str, context: str = "") -> str:
-    try:
-        return k8s_objects.kubeconfig_server(text, context)
-    except k8s_objects.K8sConfigError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
+    return k8s_objects.kubeconfig_server(text, context)
 
 
 class FilterModule:

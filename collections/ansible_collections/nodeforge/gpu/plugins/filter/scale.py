@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.errors import AnsibleFilterError
 from ansible_collections.nodeforge.gpu.plugins.module_utils import scale
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
 
 DOCUMENTATION = r"""
 name: scale_mmlscluster
@@ -37,14 +35,7 @@ options:
 """
 
 
-def _fail(func):
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except scale.ScaleError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    return wrapped
+_fail = reraise_as_filter_error(scale.ScaleError)
 
 
 def unapplied(mmlsconfig: str, wanted: dict) -> dict:
