@@ -10,25 +10,25 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
-# Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers; the run of stop 23): `make test` hands
+# Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers; the run of stop 25): `make test` hands
 # out the longest first, so that neither worker is left with a long test at the end. Only the order depends on these
 # numbers; a test missing here runs after the listed ones.
 LONG_TESTS = {
-    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 1590,
-    "test_scenario[nvidia_driver_distro]": 1270,
-    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 1240,
-    "test_lab_up_provision_down": 500,
-    "test_scenario[gpudirect_rdma]": 350,
-    "test_scenario[nvidia_container_toolkit_custom]": 305,
-    "test_scenario[nvidia_driver_cuda_repo]": 300,
-    "test_scenario[nvidia_container_toolkit]": 265,
-    "test_scenario[nvidia_driver_operator]": 230,
-    "test_scenario[ofed_mlnx]": 220,
-    "test_scenario[ofed_doca]": 205,
-    "test_scenario[gpudirect_rdma_nv_peer_mem]": 205,
-    "test_scenario[selinux_modules]": 195,
-    "test_scenario[nvidia_driver_grid]": 195,
-    "test_scenario[ofed_inbox]": 170,
+    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 1330,
+    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 1135,
+    "test_scenario[nvidia_driver_distro]": 870,
+    "test_lab_up_provision_down": 385,
+    "test_scenario[nvidia_container_toolkit_custom]": 285,
+    "test_scenario[nvidia_driver_operator]": 260,
+    "test_scenario[nvidia_driver_cuda_repo]": 260,
+    "test_scenario[nvidia_container_toolkit]": 255,
+    "test_scenario[gpudirect_rdma]": 250,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 195,
+    "test_scenario[ofed_mlnx]": 180,
+    "test_scenario[ofed_doca]": 160,
+    "test_scenario[selinux_modules]": 160,
+    "test_scenario[ofed_inbox]": 150,
+    "test_scenario[nvidia_driver_grid]": 145,
     "test_scenario[scale_client]": 105,
     "test_scenario[preflight]": 90,
     "test_scenario[nodeforge]": 55,
