@@ -45,14 +45,17 @@ def supervise(here: Path) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    code = 0
     try:
-        while True:
+        # A SIGTERM between two QEMUs (a guest rebooting) ends the loop before the next one starts.
+        while not state["stop"]:
             offset = console.stat().st_size if console.exists() else 0
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
             state["proc"] = proc
             code = proc.wait()
             if state["stop"] or code != 0 or not rebooted(console, offset):
-                return code
+                break
+        return code
     finally:
         (here / "supervisor.pid").unlink(missing_ok=True)
 
