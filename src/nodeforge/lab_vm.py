@@ -25,7 +25,7 @@ from pathlib import Path
 
 import yaml
 
-from nodeforge import content, lab
+from nodeforge import content, lab, vm_supervisor
 
 QEMU = "qemu-system-x86_64"
 SAMPLE = ("inventories", "lab-vm", "hosts.yml")
@@ -34,9 +34,8 @@ CPU = "max"
 MEMORY_MB = int(os.environ.get("NODEFORGE_VM_MEMORY_MB", "1024"))
 BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "300"))
 FW_CFG = "opt/org.nodeforge"
-LINK_NET = "10.77"
-SUPERVISOR = "nodeforge.vm_supervisor"
-SUPERVISOR_PID = "supervisor.pid"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
+LINK_NET = "10.77"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
+SUPERVISOR = vm_supervisor.__name__
 
 
 @dataclass
@@ -128,22 +127,27 @@ def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
 
 
 def _pid(name: str, node: str, pidfile: str = "qemu.pid") -> int | None:
-    """The pid of the node's QEMU (or, with supervisor.pid, of its vm_supervisor), when it runs: the pidfile's process
-    is one of this node's."""
+    """The pid of the node's QEMU (or, with vm_supervisor.PIDFILE, of its supervisor), when it runs: the pidfile's
+    process is one of this node's."""
     here = node_dir(name, node)
     try:
         pid = int((here / pidfile).read_text().strip())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (OSError, ValueError):
         return None
-    if pidfile == SUPERVISOR_PID:
+    if pidfile == vm_supervisor.PIDFILE:
         return pid if SUPERVISOR.encode() in cmdline and str(here).encode() in cmdline else None
     return pid if Path(cmdline[0].decode()).name == QEMU and node.encode() in cmdline else None
 
 
+def _pids(name: str, node: str) -> list[int]:
+    """The node's running supervisor and QEMU, supervisor first; either may be missing (between a guest's reboot and
+    the fresh QEMU that boots it again there is no QEMU)."""
+    return [pid for pid in (_pid(name, node, vm_supervisor.PIDFILE), _pid(name, node)) if pid is not None]
+
+
 def _running(name: str, node: str) -> bool:
-    """QEMU runs, or its supervisor does (between a guest's reboot and the fresh QEMU that boots it again)."""
-    return _pid(name, node) is not None or _pid(name, node, SUPERVISOR_PID) is not None
+    return bool(_pids(name, node))
 
 
 def _saved(name: str) -> list[VmNode]:
@@ -249,13 +253,12 @@ def down(name: str) -> list[str]:
     stopped = []
     for node in _saved(name):
         # The supervisor first, so that it does not start QEMU again.
-        pids = [_pid(name, node.name, SUPERVISOR_PID), _pid(name, node.name)]
-        for pid in filter(None, pids):
+        for pid in _pids(name, node.name):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
         while _running(name, node.name) and time.monotonic() < deadline:
             time.sleep(0.2)
-        for pid in filter(None, (_pid(name, node.name, SUPERVISOR_PID), _pid(name, node.name))):
+        for pid in _pids(name, node.name):
             os.kill(pid, signal.SIGKILL)
         stopped.append(node.name)
     return stopped

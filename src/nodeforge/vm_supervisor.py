@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 RESTART_LINE = b"reboot: Restarting system"
+PIDFILE = "supervisor.pid"  # in DIR, while the supervisor runs
 
 
 def rebooted(console: Path, offset: int) -> bool:
@@ -34,7 +35,7 @@ def rebooted(console: Path, offset: int) -> bool:
 def supervise(here: Path) -> int:
     argv = json.loads((here / "qemu.argv").read_text())
     console = here / "console.log"
-    (here / "supervisor.pid").write_text(f"{os.getpid()}\n")
+    (here / PIDFILE).write_text(f"{os.getpid()}\n")
     state: dict[str, subprocess.Popen | bool | None] = {"proc": None, "stop": False}
 
     def stop(*_: object) -> None:
@@ -57,7 +58,7 @@ def supervise(here: Path) -> int:
                 break
         return code
     finally:
-        (here / "supervisor.pid").unlink(missing_ok=True)
+        (here / PIDFILE).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
