@@ -1,7 +1,6 @@
 """The signed fixture apt repository (molecule/fixture_repo): build, sign, serve, and use from a container."""
 
 import gzip
-import importlib.util
 import os
 import shutil
 import signal
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_fixture_repo
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = REPO_ROOT / "molecule" / "fixture_repo"
 SCRIPT = FIXTURE_DIR / "fixture_repo.py"
@@ -23,16 +24,7 @@ IMAGE = os.environ.get("NODEFORGE_BASE_IMAGE", "localhost/nodeforge-debian12:lat
 DEMO = "nodeforge-fixture-demo"
 
 
-def _load_module():
-    spec = importlib.util.spec_from_file_location("fixture_repo", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fixture_repo"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fr = _load_module()
+fr = load_fixture_repo()
 
 _missing = [t for t in ("gpg", "gpgv", "gpgconf", "dpkg-deb", "apt-ftparchive") if not shutil.which(t)]
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"missing host tools: {', '.join(_missing)}")

@@ -6,12 +6,14 @@ own probes. The unit tests at the top need no QEMU."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,10 @@ from click.testing import CliRunner
 
 from nodeforge import lab, lab_vm
 from nodeforge.cli import main
-from tests.conftest import REPO
+from tests.conftest import REPO, load_fixture_repo
+
+fixture_repo = load_fixture_repo()
+DRIVER_SPEC = REPO / "molecule" / "fixture_repo" / "specs" / "nvidia_driver.yml"
 
 # --- unit: the plan, QEMU's command line and the inventory (no QEMU needed) ------------------------------------------
 
@@ -164,6 +169,99 @@ def _rdma_links(name: str, host: str) -> dict[str, dict]:
     return {link["ifname"]: link for link in json.loads(_out(name, host, "rdma -j link show"))}
 
 
+OLD_DRIVER, NEW_DRIVER = "580.105.08", "580.126.20"
+# The order the upgrade unloads the driver's modules in: users first (nodeforge.gpu.upgrade_modules_to_unload).
+UNLOAD_ORDER = ["nvidia_peermem", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia"]
+
+
+def _driver_state(name: str, host: str) -> dict[str, str]:
+    """What the guest runs and has installed, from its own kernel, DKMS and dpkg."""
+    return {
+        "loaded": _out(name, host, "cat /sys/module/nvidia/version 2>/dev/null || echo none"),
+        "proc": _out(name, host, "cat /proc/driver/nvidia/version 2>/dev/null | head -1"),
+        "dkms": _out(name, host, "dkms status -m nvidia"),
+        "package": _out(name, host, "dpkg-query -W -f '${db:Status-Abbrev}${Version}' nvidia-kernel-open-dkms"),
+        "holds": _out(name, host, "apt-mark showhold"),
+    }
+
+
+def _standin_unloads(text: str) -> list[str]:
+    return [
+        line.split("unloaded ")[1].split()[0] for line in text.splitlines() if "nodeforge stand-in: unloaded" in line
+    ]
+
+
+@contextlib.contextmanager
+def _cuda_repo(tmp_path: Path) -> Iterator[Path]:
+    """The fixture CUDA repository served on the controller's loopback; yields the extra-vars file that points the
+    nodes' nvidia_driver role at it (10.0.2.2: the controller's loopback as QEMU's user network shows it)."""
+    with fixture_repo.served_repo([DRIVER_SPEC], tmp_path / "cuda-repo", flat=True) as repo:
+        # NVIDIA publishes cuda-keyring at the top of the repository; the role downloads it from there.
+        keyring = next((repo.root / "pool").glob("**/cuda-keyring_*_all.deb"))
+        shutil.copy(keyring, repo.root / keyring.name)
+        driver_vars = tmp_path / "driver.yml"
+        driver_vars.write_text(yaml.safe_dump({
+            "nvidia_driver_source": "cuda_repo",
+            "nvidia_driver_cuda_repo_url": f"http://10.0.2.2:{repo.port}/",
+            "nodeforge_manifest_overrides": {
+                "nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [repo.fingerprint]}}},
+        }))  # fmt: skip
+        yield driver_vars
+
+
+def _install_driver(name: str, nodes: list[str], driver_vars: Path) -> float:
+    kernel = _out(name, nodes[0], "uname -r")
+    start = time.monotonic()
+    code, installed = _invoke("lab", "provision", "--name", name, "--tags", "nvidia_driver", "--json",
+                              "-e", f"@{driver_vars}", "-e", f"nvidia_driver_version={OLD_DRIVER}")  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert code == 0, installed["failures"]
+    for host in nodes:
+        state = _driver_state(name, host)
+        # DKMS installed the modules for the running kernel, and the role loaded them (nothing was loaded).
+        assert state["loaded"] == OLD_DRIVER, state
+        assert f"NVIDIA UNIX Open Kernel Module for x86_64  {OLD_DRIVER}" in state["proc"], state
+        assert state["dkms"] == f"nvidia/{OLD_DRIVER}, {kernel}, x86_64: installed", state
+        assert state["package"] == f"hi {OLD_DRIVER}-1" and "nvidia-kernel-open-dkms" in state["holds"].split()
+        assert installed["reboot_required"][host] is False
+    return elapsed
+
+
+def _upgrade_driver(name: str, nodes: list[str], inventory: str, driver_vars: Path) -> float:
+    kernel = _out(name, nodes[0], "uname -r")
+    for host in nodes:
+        # What a workload adds: the display and peer memory modules, each holding nvidia.
+        _ssh(name, host, "modprobe -a nvidia-drm nvidia-peermem")
+    # A GPU job on node 1: a process holding the control device keeps nvidia in use.
+    users = int(_out(name, nodes[0], "cat /sys/module/nvidia/refcnt"))
+    _ssh(name, nodes[0], "setsid -f sh -c 'exec sleep 100000 </dev/nvidiactl' >/dev/null 2>&1")
+    assert int(_out(name, nodes[0], "cat /sys/module/nvidia/refcnt")) == users + 1
+    boot = {host: _out(name, host, "cat /proc/sys/kernel/random/boot_id") for host in nodes}
+
+    start = time.monotonic()
+    run = CliRunner().invoke(main, ["upgrade", "-i", inventory, "--json", "--component", "driver", "--to", NEW_DRIVER,
+                                    "--batch", "2", "--yes", "-e", f"@{driver_vars}"])  # fmt: skip
+    elapsed = time.monotonic() - start
+    upgraded = json.loads(run.stdout)
+    assert run.exit_code == 0 and upgraded["status"] == "done", run.output
+    for host in nodes:
+        state = _driver_state(name, host)
+        assert state["loaded"] == NEW_DRIVER, state
+        assert state["dkms"] == f"nvidia/{NEW_DRIVER}, {kernel}, x86_64: installed", state
+        assert state["package"] == f"hi {NEW_DRIVER}-1" and "nvidia-kernel-open-dkms" in state["holds"].split()
+        record = json.loads(_out(name, host, "cat /var/lib/nodeforge/upgrade-state.json"))
+        assert record["state"] == "upgrade-done" and record["from"] == {"driver": OLD_DRIVER}, record
+    # Node 1: every module but nvidia unloaded, users first; nvidia stayed (in use), so the node rebooted into the new
+    # driver (the previous boot's kernel log is in its journal).
+    assert _out(name, nodes[0], "cat /proc/sys/kernel/random/boot_id") != boot[nodes[0]]
+    before_reboot = _out(name, nodes[0], "journalctl -k -b -1 --no-pager -o cat")
+    assert _standin_unloads(before_reboot) == UNLOAD_ORDER[:-1], before_reboot[-2000:]
+    # Node 2: all five unloaded in order, the new driver loaded in place, no reboot.
+    assert _out(name, nodes[1], "cat /proc/sys/kernel/random/boot_id") == boot[nodes[1]]
+    assert _standin_unloads(_out(name, nodes[1], "dmesg")) == UNLOAD_ORDER
+    return elapsed
+
+
 @pytest.mark.slow
 @needs_qemu
 def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path):
@@ -262,6 +360,13 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
         assert _ssh(vm_lab, host, "test -d /sys/module/rdma_rxe").returncode == 0
         assert _rdma_links(vm_lab, host)["rxe_eth1"]["state"] == "ACTIVE"
         assert _ssh(vm_lab, host, "test -d /sys/module/nouveau", check=False).returncode != 0
+
+    # The driver, for real modules: the fixture CUDA repository's older version through provision, then a rolling
+    # `upgrade --component driver` to the newer one. Node 1 has a process holding /dev/nvidiactl (a GPU job): its
+    # nvidia module cannot go, so the upgrade reboots it; node 2's modules all unload and the new ones load in place.
+    with _cuda_repo(tmp_path) as driver_vars:
+        timings["driver"] = _install_driver(vm_lab, nodes, driver_vars)
+        timings["upgrade"] = _upgrade_driver(vm_lab, nodes, inventory, driver_vars)
 
     # validate --perf: ib_write_bw between the pair over soft-RoCE, against the inventory's floor, then a raised one.
     report_file = tmp_path / "validate.json"

@@ -20,7 +20,13 @@ else
   dir=$HOME/.cache/nodeforge/vm-image
 fi
 
-sum=$(cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect" | sha256sum | cut -c1-16)
+# The driver versions of the fixture CUDA repository's stand-in DKMS packages: the image carries the stand-in modules
+# of each (standin-nvidia/README.md).
+spec=$here/../../molecule/fixture_repo/specs/nvidia_driver.yml
+standin_versions=$(grep -oE 'PACKAGE_VERSION="[0-9.]+"' "$spec" | cut -d'"' -f2 | sort -u)
+[[ -n $standin_versions ]] || { echo "error: no PACKAGE_VERSION in $spec" >&2; exit 1; }
+sum=$({ cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect" "$here"/standin-nvidia/*
+        echo "$standin_versions"; } | sha256sum | cut -c1-16)
 out=$dir/$sum
 if [[ -f $out/complete && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
   echo "VM image is current ($sum)" >&2
@@ -55,7 +61,7 @@ if timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/3142' 2>/dev/null; then
 fi
 echo "debootstrap bookworm with linux-image-amd64 into $root (a few minutes)" >&2
 "${proxy[@]}" debootstrap --variant=minbase \
-  --include=linux-image-amd64,initramfs-tools,systemd,systemd-sysv,udev,dbus,kmod,iproute2,openssh-server,python3,python3-apt,sudo,ca-certificates,gnupg,pciutils,procps \
+  --include=linux-image-amd64,linux-headers-amd64,dkms,gcc,make,initramfs-tools,systemd,systemd-sysv,udev,dbus,kmod,iproute2,openssh-server,python3,python3-apt,sudo,ca-certificates,gnupg,pciutils,procps \
   bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 
 cat >"$root/etc/apt/sources.list" <<SRC
@@ -111,6 +117,10 @@ echo 'Acquire::http::Proxy-Auto-Detect "/usr/local/sbin/nodeforge-apt-proxy-dete
 # dpkg as in Debian's container images: no fsync per file (the nodes' disks are throwaway overlays; under software
 # emulation every sync is slow).
 echo force-unsafe-io >"$root/etc/dpkg/dpkg.cfg.d/nodeforge-unsafe-io"
+# The guests boot the kernel and initrd QEMU is given (built above, with MODULES=most); an initramfs a role rebuilds in
+# a guest (nvidia_driver's, for its nouveau blacklist) takes this machine's modules only: with most of them, one
+# rebuild took over six minutes under software emulation.
+sed -i 's/^MODULES=.*/MODULES=dep/' "$root/etc/initramfs-tools/initramfs.conf"
 # The package lists of the sources above, fetched now (through the package cache when it runs): a node booted within
 # the roles' apt cache_valid_time (an hour) of the build finds them current, as a node that ran apt-get update does,
 # and its first apt task skips a refresh that takes a minute under software emulation; an older image's lists are
@@ -130,9 +140,42 @@ rm -rf "$root"/var/cache/apt/*.bin
 kernel=$(find "$root/boot" -name 'vmlinuz-*' | sort | tail -1)
 initrd=$(find "$root/boot" -name 'initrd.img-*' | sort | tail -1)
 [[ -f $kernel && -f $initrd ]] || { echo "error: no kernel or initrd in $root/boot" >&2; exit 1; }
+kver=$(basename "$kernel" | sed 's/^vmlinuz-//')
+
+# The stand-in NVIDIA modules (standin-nvidia/), built here against the image's own kernel headers, natively: a
+# DKMS build of them in an emulated guest takes minutes. Each version and flavor goes to
+# /usr/lib/nodeforge-lab/standin-nvidia/VERSION/FLAVOR/KERNEL/, where the fixture DKMS packages' build step copies
+# them from; the boot unit loads the driver, as udev does for a GPU's PCI ID (the VM has no GPU).
+for version in $standin_versions; do
+  for flavor in open proprietary; do
+    rm -rf "$root/tmp/standin-nvidia"
+    cp -r "$here/standin-nvidia" "$root/tmp/standin-nvidia"
+    chroot "$root" make -s -C "/lib/modules/$kver/build" M=/tmp/standin-nvidia NV_VERSION="$version" \
+      NV_OPEN="$([[ $flavor == open ]] && echo 1 || echo 0)" modules >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+    mkdir -p "$root/usr/lib/nodeforge-lab/standin-nvidia/$version/$flavor/$kver"
+    cp "$root"/tmp/standin-nvidia/*.ko "$root/usr/lib/nodeforge-lab/standin-nvidia/$version/$flavor/$kver/"
+  done
+done
+rm -rf "$root/tmp/standin-nvidia"
+cat >"$root/etc/systemd/system/nodeforge-standin-gpu.service" <<'UNIT'
+[Unit]
+Description=nodeforge lab: load the NVIDIA driver at boot, as udev does for a GPU's PCI ID (a VM node has no GPU)
+After=systemd-modules-load.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+# Nothing to load before the driver is installed.
+ExecStart=-/sbin/modprobe -a -q nvidia nvidia-uvm
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+ln -sf /etc/systemd/system/nodeforge-standin-gpu.service \
+  "$root/etc/systemd/system/multi-user.target.wants/nodeforge-standin-gpu.service"
 cp "$kernel" "$work/vmlinuz"
 cp "$initrd" "$work/initrd.img"
-basename "$kernel" | sed 's/^vmlinuz-//' >"$work/kernel-release"
+echo "$kver" >"$work/kernel-release"
 # A sparse 16 GiB file system: room for what the roles install, and the free space preflight asks of / and /var
 # (preflight_min_free_gb, 10 GiB). Sparse: what the nodes do not write takes no space.
 mkfs.ext4 -q -L nodeforge-root -d "$root" "$work/rootfs.img" 16G
