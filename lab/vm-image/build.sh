@@ -10,7 +10,7 @@
 # Debian's archive goes through the test harness's package cache (tools/apt_cache.py) when it answers on loopback.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(cd "$(dirname "$0")" && pwd -P)  # physical: content/lab is a link in an editable install
 mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 if [[ -n ${NODEFORGE_VM_IMAGE_DIR:-} ]]; then
   dir=$NODEFORGE_VM_IMAGE_DIR
@@ -20,12 +20,18 @@ else
   dir=$HOME/.cache/nodeforge/vm-image
 fi
 
-# The driver versions of the fixture CUDA repository's stand-in DKMS packages: the image carries the stand-in modules
-# of each (standin-nvidia/README.md).
-spec=$here/../../molecule/fixture_repo/specs/nvidia_driver.yml
-standin_versions=$(grep -oE 'PACKAGE_VERSION="[0-9.]+"' "$spec" | cut -d'"' -f2 | sort -u)
-[[ -n $standin_versions ]] || { echo "error: no PACKAGE_VERSION in $spec" >&2; exit 1; }
-sum=$({ cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect" "$here"/standin-nvidia/*
+# The stand-in NVIDIA modules of the fixture CUDA repository's DKMS packages (molecule/fixture_repo/standin-nvidia,
+# README.md there), one build per driver version of its spec: a source checkout has them; an installed nodeforge ships
+# no test fixtures, and its image carries no stand-ins (no fixture repository to install their packages from either).
+fixture=$here/../../molecule/fixture_repo
+standin_src=$fixture/standin-nvidia
+standin_versions=
+if [[ -d $standin_src ]]; then
+  standin_versions=$(grep -oE 'PACKAGE_VERSION="[0-9.]+"' "$fixture/specs/nvidia_driver.yml" | cut -d'"' -f2 | sort -u)
+  [[ -n $standin_versions ]] || { echo "error: no PACKAGE_VERSION in $fixture/specs/nvidia_driver.yml" >&2; exit 1; }
+fi
+sum=$({ cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect"
+        [[ -z $standin_versions ]] || cat "$standin_src"/*
         echo "$standin_versions"; } | sha256sum | cut -c1-16)
 out=$dir/$sum
 if [[ -f $out/complete && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
@@ -142,14 +148,14 @@ initrd=$(find "$root/boot" -name 'initrd.img-*' | sort | tail -1)
 [[ -f $kernel && -f $initrd ]] || { echo "error: no kernel or initrd in $root/boot" >&2; exit 1; }
 kver=$(basename "$kernel" | sed 's/^vmlinuz-//')
 
-# The stand-in NVIDIA modules (standin-nvidia/), built here against the image's own kernel headers, natively: a
-# DKMS build of them in an emulated guest takes minutes. Each version and flavor goes to
+# The stand-in NVIDIA modules (when the checkout has them, above), built here against the image's own kernel headers,
+# natively: a DKMS build of them in an emulated guest takes minutes. Each version and flavor goes to
 # /usr/lib/nodeforge-lab/standin-nvidia/VERSION/FLAVOR/KERNEL/, where the fixture DKMS packages' build step copies
 # them from; the boot unit loads the driver, as udev does for a GPU's PCI ID (the VM has no GPU).
 for version in $standin_versions; do
   for flavor in open proprietary; do
     rm -rf "$root/tmp/standin-nvidia"
-    cp -r "$here/standin-nvidia" "$root/tmp/standin-nvidia"
+    cp -r "$standin_src" "$root/tmp/standin-nvidia"
     chroot "$root" make -s -C "/lib/modules/$kver/build" M=/tmp/standin-nvidia NV_VERSION="$version" \
       NV_OPEN="$([[ $flavor == open ]] && echo 1 || echo 0)" modules >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
     mkdir -p "$root/usr/lib/nodeforge-lab/standin-nvidia/$version/$flavor/$kver"
