@@ -189,6 +189,14 @@ def test_state_record_carries_the_step_versions_and_message():
 def test_roles_per_component_follow_the_node_stack_order():
     assert FILTERS["upgrade_roles"]("driver") == ["nvidia_driver", "gpudirect_rdma", "nvidia_container_toolkit"]
     assert FILTERS["upgrade_roles"]("ofed") == ["ofed", "gpudirect_rdma"]
+    # A node with no container runtime (an empty list, not an unset one) has no toolkit to follow the driver; a
+    # toolkit upgrade still runs its role.
+    assert FILTERS["upgrade_roles"]("driver", []) == ["nvidia_driver", "gpudirect_rdma"]
+    assert FILTERS["upgrade_roles"]("stack", []) == ["nvidia_driver", "ofed", "gpudirect_rdma", "selinux_modules"]
+    assert FILTERS["upgrade_roles"]("driver", None) == FILTERS["upgrade_roles"]("driver", ["containerd"])
+    assert FILTERS["upgrade_roles"]("toolkit", []) == ["nvidia_container_toolkit"]
+    with pytest.raises(Exception, match="component 'gpu'"):
+        FILTERS["upgrade_roles"]("gpu")
     # The role's steps are the module's.
     from tests.conftest import REPO
 

@@ -19,7 +19,9 @@ description:
     the plan, an optional message and extra keys.
   - C(upgrade_modules_to_unload) lists the driver's loaded modules (the input is /proc/modules) in unload order.
   - C(upgrade_gpu_pods) lists the pods (k8s_info resources, the input) that hold GPUs, DaemonSet pods left out.
-  - C(upgrade_roles) names the roles a component's install step runs, in the node stack's order.
+  - C(upgrade_roles) names the roles a component's install step runs, in the node stack's order. Optional argument -
+    the node's nvidia_container_toolkit_runtimes; empty leaves the toolkit's role out unless the component is the
+    toolkit (a node without a container runtime).
 author: nodeforge
 options:
   _input:
@@ -32,11 +34,6 @@ options:
 _fail = reraise_as_filter_error(upgrade.UpgradeError)
 
 
-def roles(component: str) -> list[str]:
-    upgrade.components(component)
-    return list(upgrade.ROLES[component])
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -44,5 +41,5 @@ class FilterModule:
             "upgrade_state_record": _fail(upgrade.state_record),
             "upgrade_modules_to_unload": upgrade.loaded_in_order,
             "upgrade_gpu_pods": upgrade.gpu_pods,
-            "upgrade_roles": _fail(roles),
+            "upgrade_roles": _fail(upgrade.install_roles),
         }

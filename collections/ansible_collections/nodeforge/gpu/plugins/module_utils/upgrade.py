@@ -75,6 +75,17 @@ def components(component: str) -> list[str]:
     return list(COMPONENTS) if component == "stack" else [component]
 
 
+def install_roles(component: str, container_runtimes: Any = None) -> list[str]:
+    """The roles the component's install step runs on a node, in the node stack's order. A node whose inventory lists
+    no container runtime (nvidia_container_toolkit_runtimes empty; None: unset, the role's default) has no toolkit to
+    follow the driver: only a toolkit upgrade runs that role there."""
+    components(component)
+    roles = list(ROLES[component])
+    if component != "toolkit" and container_runtimes is not None and len(container_runtimes) == 0:
+        roles = [role for role in roles if role != "nvidia_container_toolkit"]
+    return roles
+
+
 def read_state(text: Any) -> dict[str, Any]:
     """The node's state file (JSON, or the mapping Ansible's templating already made of it) -> its record; {} when
     there is none. A damaged file is an error naming it."""
