@@ -12,10 +12,10 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 # Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers; the run of stop 25): `make test` hands
 # out the longest first, so that neither worker is left with a long test at the end. Only the order depends on these
-# numbers; a test missing here runs after the listed ones. The VM test's: alone, once its driver upgrade was added
-# (stop 26), so it goes out first.
+# numbers; a test missing here runs after the listed ones. The VM test's, with its driver upgrade on one node: the
+# fresh-clone CI run of stop 27, so it goes out first.
 LONG_TESTS = {
-    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 1860,
+    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 2760,
     "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 1330,
     "test_scenario[nvidia_driver_distro]": 870,
     "test_lab_up_provision_down": 385,
