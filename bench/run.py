@@ -438,20 +438,23 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
 
 
 def bench_strategy(b: Bench, name: str, reps: int = 2) -> None:
-    """No-op re-provisions of the same lab with the linear and the free strategy, alternated."""
-    times: dict[str, list[float]] = {"linear": [], "free": []}
+    """No-op re-provisions of the same lab with the shipped strategy (mitogen_linear), Ansible's linear and free,
+    in rotated order."""
+    strategies = ["mitogen_linear", "linear", "free"]
+    times: dict[str, list[float]] = {s: [] for s in strategies}
     for i in range(reps):
-        order = ["linear", "free"] if i % 2 == 0 else ["free", "linear"]
-        for strategy in order:
+        for strategy in strategies[i % 3 :] + strategies[: i % 3]:
             what = f"lab provision --json --name {name}"
             env = {**b.env, "ANSIBLE_STRATEGY": strategy}
             wall, out = b.call([*NODEFORGE, *what.split()], what=f"{what} (strategy {strategy})", env=env)
             _provision_ok(_json(out, what), what, int(name.removeprefix("bench")))
             times[strategy].append(wall)
     b.samples["strategy"] = times
-    b.row(f"no-op, {name}, strategy linear: wall, median of {reps}", _median(times["linear"]))
-    b.row(f"no-op, {name}, strategy free: wall, median of {reps}", _median(times["free"]))
-    b.row("free / linear (medians)", f"{statistics.median(times['free']) / statistics.median(times['linear']):.0%}")
+    for strategy in strategies:
+        b.row(f"no-op, {name}, strategy {strategy}: wall, median of {reps}", _median(times[strategy]))
+    linear = statistics.median(times["linear"])
+    b.row("free / linear (medians)", f"{statistics.median(times['free']) / linear:.0%}")
+    b.row("mitogen_linear / linear (medians)", f"{statistics.median(times['mitogen_linear']) / linear:.0%}")
 
 
 def scaling_rows(b: Bench) -> None:

@@ -52,6 +52,14 @@ def test_callers_environment_wins(tmp_path):
     assert sockets.is_dir() and sockets.stat().st_mode & 0o777 == 0o700
 
 
+def test_callers_strategy_plugins_are_kept_beside_mitogens(tmp_path):
+    chosen = ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY_PLUGINS": "/site/strategies"})
+    mitogen, theirs = chosen["ANSIBLE_STRATEGY_PLUGINS"].split(":")
+    assert theirs == "/site/strategies"
+    assert (Path(mitogen) / "mitogen_linear.py").is_file(), mitogen
+    assert ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY": "linear"}).get("ANSIBLE_STRATEGY") is None
+
+
 @pytest.mark.parametrize(
     ("hosts", "env", "forks"), [(1, {}, 5), (16, {}, 16), (1000, {}, 64), (16, {"ANSIBLE_FORKS": "3"}, None)]
 )
@@ -77,7 +85,8 @@ def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir
         "gathering": "smart",
         "cache_plugin": "jsonfile",
         "cache_connection": str(state_dir / "facts"),
-        "strategy": "linear",
+        # Ansible loaded Mitogen's strategy (an unknown strategy name fails the run before any task).
+        "strategy": "mitogen_linear",
     }
     # Ansible's jsonfile cache wrote this host's facts under the state directory...
     cached = json.loads((state_dir / "facts" / "localnode").read_text())

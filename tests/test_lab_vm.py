@@ -212,8 +212,7 @@ def _cuda_repo(tmp_path: Path) -> Iterator[Path]:
         yield driver_vars
 
 
-def _install_driver(name: str, inventory: str, host: str, driver_vars: Path) -> float:
-    kernel = _out(name, host, "uname -r")
+def _install_driver(name: str, inventory: str, host: str, kernel: str, driver_vars: Path) -> float:
     start = time.monotonic()
     code, installed = _invoke("provision", "-i", inventory, "--limit", host, "--tags", "nvidia_driver", "--json",
                               "-e", f"@{driver_vars}", "-e", f"nvidia_driver_version={OLD_DRIVER}")  # fmt: skip
@@ -230,8 +229,7 @@ def _install_driver(name: str, inventory: str, host: str, driver_vars: Path) -> 
     return elapsed
 
 
-def _upgrade_driver(name: str, inventory: str, host: str, driver_vars: Path) -> float:
-    kernel = _out(name, host, "uname -r")
+def _upgrade_driver(name: str, inventory: str, host: str, kernel: str, driver_vars: Path) -> float:
     # What a workload adds: the display and peer memory modules, each holding nvidia; and a GPU job, a process
     # holding the control device, which keeps nvidia itself in use.
     _ssh(name, host, "modprobe -a nvidia-drm nvidia-peermem")
@@ -277,11 +275,12 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
     inventory = str(lab.inventory_path(vm_lab))
     hosts = yaml.safe_load(Path(inventory).read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     image = lab_vm.ensure_image()
+    kernels = {}
 
     for host in nodes:
         # A guest with the image's own kernel, not this machine's, reached with the host key generated for it.
         assert _out(vm_lab, host, "hostname") == host
-        kernel = _out(vm_lab, host, "uname -r")
+        kernel = kernels[host] = _out(vm_lab, host, "uname -r")
         assert kernel == (image / "kernel-release").read_text().strip() and kernel != os.uname().release
         assert _out(vm_lab, host, "systemd-detect-virt") == "qemu"
         served = _out(vm_lab, host, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
@@ -317,7 +316,7 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
     for host in nodes:
         result = results[host]
         assert result["in_container"] is False
-        assert result["kernel"] == _out(vm_lab, host, "uname -r")
+        assert result["kernel"] == kernels[host]
         # apt itself, a different way: simulating the install of linux-headers-<running kernel> succeeds.
         simulated = _ssh(vm_lab, host, 'apt-get install --simulate "linux-headers-$(uname -r)"', check=False)
         assert result["kernel_headers_installable"] is (simulated.returncode == 0) is True, simulated.stderr
@@ -355,8 +354,8 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
     # driver` to the newer one while a process holds /dev/nvidiactl (a GPU job). The modules above nvidia unload, users
     # first; nvidia cannot, so the upgrade reboots the node.
     with _cuda_repo(tmp_path) as driver_vars:
-        timings["driver"] = _install_driver(vm_lab, inventory, nodes[0], driver_vars)
-        timings["upgrade"] = _upgrade_driver(vm_lab, inventory, nodes[0], driver_vars)
+        timings["driver"] = _install_driver(vm_lab, inventory, nodes[0], kernels[nodes[0]], driver_vars)
+        timings["upgrade"] = _upgrade_driver(vm_lab, inventory, nodes[0], kernels[nodes[0]], driver_vars)
 
     # validate --perf: ib_write_bw between the pair over soft-RoCE, against the inventory's floor, then a raised one.
     report_file = tmp_path / "validate.json"

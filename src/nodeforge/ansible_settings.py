@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import ansible_mitogen
+
 # How long gathered facts stay valid in the cache. A re-provision within this time reuses them (no setup round
 # trip per play); the reboot task clears a rebooted node's facts at once. Facts that a role reads and a node can
 # change under it (kernel, distribution, virtualization) only change across a reboot or an OS upgrade.
@@ -75,19 +77,33 @@ def settings(state: Path) -> list[Setting]:
         Setting("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts"), "the fact cache, under the state directory"),
         Setting("ANSIBLE_CACHE_PLUGIN_TIMEOUT", str(FACT_CACHE_TIMEOUT_S), "cached facts expire after 30 minutes"),
         Setting(
+            "ANSIBLE_STRATEGY_PLUGINS",
+            str(mitogen_strategy_dir()),
+            "Mitogen's strategies, from the mitogen package nodeforge depends on (a caller's own directories are kept, "
+            "after it)",
+        ),
+        Setting(
             "ANSIBLE_STRATEGY",
-            "linear",
-            "measured against free on the 4-node lab (docs/ansible-settings.md): free saved 8-12% of a no-op run, and "
-            "linear keeps the roles' order across hosts that the output, the failure report and the reboot batches "
-            "rely on",
+            "mitogen_linear",
+            "linear's order (one task at a time on every host, which the output, the failure report and the reboot "
+            "batches rely on) over Mitogen's connections: one Python interpreter per node for the whole run instead "
+            "of one per task; measured in docs/ansible-settings.md",
         ),
     ]
+
+
+def mitogen_strategy_dir() -> Path:
+    """The directory of Mitogen's strategy plugins (mitogen_linear, ...), inside the installed ansible_mitogen."""
+    return Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy"
 
 
 def environment(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings as environment variables for ansible-playbook, without those the caller already set."""
     caller = os.environ if caller is None else caller
     chosen = {s.name: s.value for s in settings(state) if s.name not in caller}
+    if "ANSIBLE_STRATEGY_PLUGINS" in caller:  # the caller's strategies and Mitogen's: either strategy name resolves
+        theirs = caller["ANSIBLE_STRATEGY_PLUGINS"]
+        chosen["ANSIBLE_STRATEGY_PLUGINS"] = os.pathsep.join([str(mitogen_strategy_dir()), theirs])
     if "ANSIBLE_SSH_CONTROL_PATH_DIR" in chosen:
         Path(chosen["ANSIBLE_SSH_CONTROL_PATH_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     return chosen
