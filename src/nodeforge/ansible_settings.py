@@ -100,10 +100,12 @@ def mitogen_strategy_dir() -> Path:
 def environment(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings as environment variables for ansible-playbook, without those the caller already set."""
     caller = os.environ if caller is None else caller
-    chosen = {s.name: s.value for s in settings(state) if s.name not in caller}
+    ours = {s.name: s.value for s in settings(state)}
+    chosen = {name: value for name, value in ours.items() if name not in caller}
     if "ANSIBLE_STRATEGY_PLUGINS" in caller:  # the caller's strategies and Mitogen's: either strategy name resolves
-        theirs = caller["ANSIBLE_STRATEGY_PLUGINS"]
-        chosen["ANSIBLE_STRATEGY_PLUGINS"] = os.pathsep.join([str(mitogen_strategy_dir()), theirs])
+        chosen["ANSIBLE_STRATEGY_PLUGINS"] = os.pathsep.join(
+            [ours["ANSIBLE_STRATEGY_PLUGINS"], caller["ANSIBLE_STRATEGY_PLUGINS"]]
+        )
     if "ANSIBLE_SSH_CONTROL_PATH_DIR" in chosen:
         Path(chosen["ANSIBLE_SSH_CONTROL_PATH_DIR"]).mkdir(parents=True, exist_ok=True, mode=0o700)
     return chosen
