@@ -1,0 +1,34 @@
+"""The molecule scenarios' strategy: Mitogen's linear strategy for plays on the nodes, Ansible's own for plays on
+the controller.
+
+Under Mitogen (`mitogen_linear`, what nodeforge ships for every run) a task on a container node is one message to a
+Python interpreter that stays up in the container, instead of a new `podman exec` and Python per task. Molecule's
+own create and destroy playbooks (molecule-plugins' podman driver) run on localhost with `connection: local` and
+wait for an `async` podman_container job with `async_status`; under Mitogen's local connection that job never
+reports finished. So a play whose connection is `local` runs under Ansible's linear strategy, with no Mitogen
+wrappers installed; every other play (prepare, check, converge, idempotence and the verifiers' playbook runs)
+runs under Mitogen's, over its `podman` connection (molecule/shared/base.yml). Only the test harness uses this.
+"""
+
+from __future__ import annotations
+
+import ansible_mitogen.loaders
+import ansible_mitogen.strategy
+
+DOCUMENTATION = """
+name: nodeforge_molecule
+short_description: mitogen_linear on the nodes, linear for local plays (nodeforge's molecule harness)
+description:
+  - Mitogen's linear strategy, except for plays whose connection is C(local), which run under Ansible's linear.
+author: nodeforge
+"""
+
+Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
+
+
+class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Linear):
+    def run(self, iterator, play_context, result=0):
+        # The play's own keyword: the PlayContext holds the default transport until a task sets the host's.
+        if iterator._play.connection == "local":
+            return Linear.run(self, iterator, play_context)
+        return super().run(iterator, play_context, result)
