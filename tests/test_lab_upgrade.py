@@ -178,7 +178,7 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
         "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}]}, "status": {"phase": "Running"},
     }]))  # fmt: skip
     monkeypatch.setenv("NODEFORGE_STANDIN_K8S_PODS", str(pods))
-    code, down = upgrade(inventory, *k8s, "--allow-downgrade", "--batch", "2", "--yes", "-e",
+    code, down = upgrade(inventory, *k8s, "--allow-downgrade", "--max-unavailable", "50%", "--yes", "-e",
                          "upgrade_kubeconfig=/etc/nodeforge-test/kubeconfig")  # fmt: skip
     assert code == 0 and down["schedule"]["batches"] == [nodes[:2], nodes[2:]], down
     for host in nodes:
@@ -213,8 +213,11 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
                     and c["args"]["state"] == "drain"]  # fmt: skip
         options = drain["args"]["delete_options"]
         assert options["ignore_daemonsets"] is True and options["delete_emptydir_data"] is False
-    # Batch 2 starts only after batch 1 is uncordoned.
+    # Batches of two (50% of four nodes, sized by the playbook's plan play): both nodes of a batch are cordoned
+    # before either is uncordoned, and batch 2 starts only after batch 1 is uncordoned.
     order = [(c["args"].get("name"), c["args"].get("state")) for c in recorded if c["module"] == "k8s_drain"]
+    for batch in (nodes[:2], nodes[2:]):
+        assert max(order.index((h, "cordon")) for h in batch) < min(order.index((h, "uncordon")) for h in batch)
     last_of_first = max(order.index((h, "uncordon")) for h in nodes[:2])
     first_of_second = min(order.index((h, "cordon")) for h in nodes[2:])
     assert last_of_first < first_of_second, order

@@ -127,6 +127,18 @@ def test_batch_size_refuses_bad_values(batch, max_unavailable):
         upgrade.batch_size(4, batch, max_unavailable)
 
 
+@pytest.mark.parametrize(
+    ("total", "batch", "max_unavailable", "size"),
+    [(4, 1, "", 1), (4, 3, None, 3), (4, 1, "50%", 2), (4, 3, "50%", 2), (10, 1, "4", 4), (3, 1, "25%", 1)],
+)
+def test_the_playbook_sizes_its_batches_with_max_unavailable_over_its_batch_default(
+    total, batch, max_unavailable, size
+):
+    # playbooks/upgrade.yml's plan play: upgrade_batch always has a value (its default, 1), so a set
+    # upgrade_max_unavailable wins instead of being refused as the CLI refuses both flags together.
+    assert FILTERS["upgrade_batch_size"](total, batch, max_unavailable) == size
+
+
 def test_schedule_batches_the_nodes_to_do_in_host_name_order():
     plans = {
         "gpu-04": {"action": "todo"},
@@ -218,6 +230,12 @@ def test_roles_per_component_follow_the_node_stack_order():
         (["upgrade", "-i", "x,", "--component", "toolkit", "--check"], "no check mode"),
         (["plan", "-i", "x,", "--component", "toolkit"], "need --upgrade"),
         (["plan", "-i", "x,", "--upgrade"], "needs --component"),
+        # Refused before the one run --yes makes (its plan play would otherwise size the batches).
+        (
+            ["upgrade", "-i", "x,", "--component", "toolkit", "--batch", "2", "--max-unavailable", "50%", "--yes"],
+            "not both",
+        ),
+        (["upgrade", "-i", "x,", "--component", "toolkit", "--max-unavailable", "150%", "--yes"], "1%..100%"),
     ],
 )
 def test_cli_refuses_bad_flag_combinations(argv, message):

@@ -168,11 +168,12 @@ def run_verb(
     spec: Verb | None = None,
     extravars: dict[str, Any] | None = None,
     present: Any = None,
+    watch: Any = None,
     **kw: Any,
 ) -> int:
     """Check the inventory, then run the verb's playbook; `extravars` are the CLI's own (e.g. where render writes),
     set over the operator's -e values. `present(console, result)`, when given, shows the result and returns the exit
-    code in place of the run summary."""
+    code in place of the run summary; `watch(console, progress)`, when given, sees the run's progress at each tick."""
     spec = spec or VERBS[verb]
     console = _console(json_mode)
     checked = validate_or_exit(console, inputs, json_mode)
@@ -189,7 +190,14 @@ def run_verb(
     )
     with report.live_progress(console, enabled=not json_mode) as tick:
         extra = {"canceller": kw["canceller"]} if kw.get("canceller") is not None else {}
-        result = run_playbook(spec.playbook, opts, on_tick=tick, **extra)
+        on_tick = tick
+        if watch is not None:
+
+            def on_tick(progress: Any) -> None:
+                watch(console, progress)
+                tick(progress)
+
+        result = run_playbook(spec.playbook, opts, on_tick=on_tick, **extra)
     if present is not None:
         return present(console, result)
     if json_mode:

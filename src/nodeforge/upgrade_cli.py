@@ -1,9 +1,10 @@
 """`nodeforge upgrade` and `nodeforge plan --upgrade`: rolling day-2 driver-stack upgrades (playbooks/upgrade.yml).
 
-Both first run the playbook's read-only plan play (upgrade_plan_only): every node's installed and target versions,
-its record from an earlier upgrade, and the plan module_utils/upgrade.py makes of them. The schedule (batches in host
-name order, the nodes already at the target, the refused ones) is printed; a refused node stops everything before
-any node is touched. `upgrade --yes` then runs the playbook for real in serial batches of the same size.
+The playbook's first play plans (read-only): every node's installed and target versions, its record from an earlier
+upgrade, and the plan module_utils/upgrade.py makes of them, and the batch size. `plan --upgrade` and `upgrade`
+without --yes run that play alone (upgrade_plan_only) and print the schedule (batches in host name order, the nodes
+already at the target, the refused ones). `upgrade --yes` runs the playbook once: the schedule is printed when its
+batches start, and a refused node stops the run in the plan play, before any node is touched.
 """
 
 from __future__ import annotations
@@ -82,10 +83,26 @@ def _inputs(kw: dict[str, Any], settings: dict[str, Any]) -> cli.Inputs:
     return inputs
 
 
+# The playbook's play that upgrades the nodes: once it starts, every node has its plan.
+BATCH_PLAY = "Upgrade the nodes in batches"
+
+
+def _batch_vars(batch: int | None, max_unavailable: str | None) -> dict[str, Any]:
+    """The playbook's variables for --batch / --max-unavailable (its plan play sizes the batches from them); a bad
+    value or both flags are refused here, before any node is read."""
+    try:
+        upgrade.batch_size(1, batch, max_unavailable)
+    except upgrade.UpgradeError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if max_unavailable is not None:
+        return {"upgrade_max_unavailable": max_unavailable}
+    return {"upgrade_batch": batch} if batch is not None else {}
+
+
 def plans_and_schedule(
-    result: RunResult, batch: int | None, max_unavailable: str | None
+    plans: dict[str, Any], batch: int | None, max_unavailable: str | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    plans = dict(result.upgrade_plans)
+    plans = dict(plans)
     try:
         size = upgrade.batch_size(len(plans), batch, max_unavailable)
     except upgrade.UpgradeError as exc:
@@ -191,6 +208,7 @@ def _run(
     spec: cli.Verb,
     extravars: dict[str, Any],
     canceller: Canceller | None = None,
+    watch: Any = None,
 ) -> RunResult:
     """The static check (the target included), then upgrade.yml; the result, whatever its outcome."""
     holder: dict[str, RunResult] = {}
@@ -203,25 +221,51 @@ def _run(
     if canceller is not None:
         run_kw["canceller"] = canceller
     cli.run_verb(
-        "upgrade", _inputs(dict(kw), settings), json_mode, spec=spec, extravars=extravars, present=keep, **run_kw
+        "upgrade",
+        _inputs(dict(kw), settings),
+        json_mode,
+        spec=spec,
+        extravars=extravars,
+        present=keep,
+        watch=watch,
+        **run_kw,
     )
     return holder["result"]
+
+
+def _unplanned(console: Console, result: RunResult, json_mode: bool) -> None:
+    """The plan play could not read every node: report the run and exit; no node was touched."""
+    if json_mode:
+        report.print_json(Console(), {"status": "error", "run": result.as_dict()})
+    else:
+        report.print_result(console, result)
+        console.print("[red]the upgrade's plan could not read every node[/red]; no node was touched")
+    sys.exit(result.exit_code or EXIT_ERROR)
 
 
 def _plan(
     console: Console, kw: dict[str, Any], settings: dict[str, Any], json_mode: bool, batch: int | None, mu: str | None
 ) -> tuple[RunResult, dict[str, Any], dict[str, Any]]:
-    """Run the plan play; exit when it could not read every node."""
-    result = _run(kw, settings, json_mode, PLAN_VERB, {"upgrade_plan_only": True})
+    """Run the plan play alone; exit when it could not read every node."""
+    result = _run(kw, settings, json_mode, PLAN_VERB, {"upgrade_plan_only": True, **_batch_vars(batch, mu)})
     if result.exit_code != EXIT_OK or not result.upgrade_plans:
-        if json_mode:
-            report.print_json(Console(), {"status": "error", "run": result.as_dict()})
-        else:
-            report.print_result(console, result)
-            console.print("[red]the upgrade's plan could not read every node[/red]; no node was touched")
-        sys.exit(result.exit_code or EXIT_ERROR)
-    plans, sched = plans_and_schedule(result, batch, mu)
+        _unplanned(console, result, json_mode)
+    plans, sched = plans_and_schedule(result.upgrade_plans, batch, mu)
     return result, plans, sched
+
+
+def _end_before_batches(console: Console, json_mode: bool, payload: dict[str, Any], yes: bool) -> None:
+    """Exit when the schedule leaves nothing to run: a refused node, every node at the target, or no --yes."""
+    sched = payload["schedule"]
+    if sched["refused"]:
+        console.print("[red]refused[/red]: no node was touched")
+        _finish(json_mode, {**payload, "status": "refused"}, EXIT_ERROR)
+    if not sched["batches"]:
+        console.print("[green]nothing to do[/green]: every node is at the target")
+        _finish(json_mode, {**payload, "status": "current"}, EXIT_OK)
+    if not yes:
+        console.print("nothing was changed: run again with --yes to upgrade in this order")
+        _finish(json_mode, {**payload, "status": "planned"}, EXIT_OK)
 
 
 def register(main: click.Group) -> None:
@@ -251,31 +295,47 @@ def register(main: click.Group) -> None:
         json_mode = kw.pop("json_mode")
         console = cli._console(json_mode)
         settings = _settings(component, to_version, drain, resume, allow_downgrade)
-        _, plans, sched = _plan(console, kw, settings, json_mode, batch, max_unavailable)
-        print_schedule(console, plans, sched, _reboot_note(component))
-        payload: dict[str, Any] = {"schedule": sched, "plans": plans}
-        if sched["refused"]:
-            console.print("[red]refused[/red]: no node was touched")
-            _finish(json_mode, {**payload, "status": "refused"}, EXIT_ERROR)
-        if not sched["batches"]:
-            console.print("[green]nothing to do[/green]: every node is at the target")
-            _finish(json_mode, {**payload, "status": "current"}, EXIT_OK)
         if not yes:
-            console.print("nothing was changed: run again with --yes to upgrade in this order")
-            _finish(json_mode, {**payload, "status": "planned"}, EXIT_OK)
-        # The operator's own stop file (-e upgrade_stop_file: `touch` it from anywhere to stop the run), else one of
-        # this run's, which the first Ctrl-C creates.
+            _, plans, sched = _plan(console, kw, settings, json_mode, batch, max_unavailable)
+            print_schedule(console, plans, sched, _reboot_note(component))
+            _end_before_batches(console, json_mode, {"schedule": sched, "plans": plans}, yes)
+        # With --yes the playbook runs once, its own plan play first. The operator's own stop file (-e
+        # upgrade_stop_file: `touch` it from anywhere to stop the run), else one of this run's, which the first
+        # Ctrl-C creates.
         own = cli._inputs(dict(kw)).read()[1].get("upgrade_stop_file")
         stop_file = Path(own) if own else state_dir() / "runner" / f"upgrade-stop-{time.strftime('%Y%m%dT%H%M%S')}"
         if not own:
             stop_file.unlink(missing_ok=True)
         canceller = StopAfterStep(stop_file, console)
-        run_settings = {"upgrade_batch": sched["batch_size"], "upgrade_stop_file": str(stop_file)}
+        run_settings = {**_batch_vars(batch, max_unavailable), "upgrade_stop_file": str(stop_file)}
+        shown: dict[str, Any] = {}
+
+        def show_schedule(out: Console, plans: dict[str, Any]) -> None:
+            shown["plans"], shown["schedule"] = plans_and_schedule(plans, batch, max_unavailable)
+            print_schedule(out, shown["plans"], shown["schedule"], _reboot_note(component))
+
+        def watch(out: Console, progress: Any) -> None:
+            # The schedule as soon as the batches start (the plan play is over: every node has its plan).
+            if not shown and progress.play == BATCH_PLAY:
+                with progress.lock:
+                    plans = dict(progress.upgrade_plans)
+                show_schedule(out, plans)
+
         try:
-            result = _run(kw, settings, json_mode, VERB, run_settings, canceller)
+            result = _run(kw, settings, json_mode, VERB, run_settings, canceller, watch)
         finally:
             if not own:
                 stop_file.unlink(missing_ok=True)
+        started = shown or result.upgrade_records
+        refused = any(p.get("action") == "refused" for p in result.upgrade_plans.values())
+        if not result.upgrade_plans or (not started and not refused and result.exit_code != EXIT_OK):
+            _unplanned(console, result, json_mode)
+        if not shown:
+            show_schedule(console, dict(result.upgrade_plans))
+        plans, sched = shown["plans"], shown["schedule"]
+        payload: dict[str, Any] = {"schedule": sched, "plans": plans}
+        if not result.upgrade_records:
+            _end_before_batches(console, json_mode, payload, yes)
         code = result.exit_code
         print_outcome(console, result, sched, _hint(kw, component, to_version, drain, allow_downgrade))
         status = "done" if code == EXIT_OK else "halted"

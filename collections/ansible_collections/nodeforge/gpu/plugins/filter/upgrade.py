@@ -22,6 +22,8 @@ description:
   - C(upgrade_roles) names the roles a component's install step runs, in the node stack's order. Optional argument -
     the node's nvidia_container_toolkit_runtimes; empty leaves the toolkit's role out unless the component is the
     toolkit (a node without a container runtime).
+  - C(upgrade_batch_size) sizes the upgrade play's batches - the input is the number of targeted nodes; arguments -
+    upgrade_batch and upgrade_max_unavailable (a percentage of the targeted nodes or a count), which wins when set.
 author: nodeforge
 options:
   _input:
@@ -42,4 +44,5 @@ class FilterModule:
             "upgrade_modules_to_unload": upgrade.loaded_in_order,
             "upgrade_gpu_pods": upgrade.gpu_pods,
             "upgrade_roles": _fail(upgrade.install_roles),
+            "upgrade_batch_size": _fail(upgrade.play_batch_size),
         }

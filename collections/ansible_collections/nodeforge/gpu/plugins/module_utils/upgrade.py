@@ -200,6 +200,14 @@ def batch_size(total: int, batch: int | None = None, max_unavailable: str | int 
     return int(match.group(1))
 
 
+def play_batch_size(total: int, batch: int | None = None, max_unavailable: str | int | None = None) -> int:
+    """The upgrade play's batch size (playbooks/upgrade.yml, over its `total` targeted nodes): upgrade_max_unavailable
+    when it is set, else upgrade_batch (which has a default, so that giving both is not an error here)."""
+    if max_unavailable is not None and str(max_unavailable).strip() != "":
+        return batch_size(total, None, max_unavailable)
+    return batch_size(total, batch)
+
+
 def schedule(plans: dict[str, dict[str, Any]], size: int) -> dict[str, Any]:
     """The run's schedule from every node's plan: batches of `size` over the nodes to do, in host name order (the
     play's `order: sorted`), the nodes at the target and the refused ones."""
