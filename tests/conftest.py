@@ -10,29 +10,29 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
-# Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers; the run of stop 25): `make test` hands
-# out the longest first, so that neither worker is left with a long test at the end. Only the order depends on these
-# numbers; a test missing here runs after the listed ones. The VM test's, with its driver upgrade on one node: the
-# fresh-clone CI run of stop 27, so it goes out first.
+# Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers): `make test` hands out the longest
+# first, so that neither worker is left with a long test at the end. Only the order depends on these numbers; a test
+# missing here runs after the listed ones. From the fresh-clone CI run of c8c42d8 (2026-11-27); the last three
+# scenarios, below its 15 slowest, estimated from earlier runs.
 LONG_TESTS = {
-    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 2760,
-    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 1330,
-    "test_scenario[nvidia_driver_distro]": 870,
-    "test_lab_up_provision_down": 385,
-    "test_scenario[nvidia_container_toolkit_custom]": 285,
-    "test_scenario[nvidia_driver_operator]": 260,
-    "test_scenario[nvidia_driver_cuda_repo]": 260,
-    "test_scenario[nvidia_container_toolkit]": 255,
-    "test_scenario[gpudirect_rdma]": 250,
-    "test_scenario[gpudirect_rdma_nv_peer_mem]": 195,
-    "test_scenario[ofed_mlnx]": 180,
-    "test_scenario[ofed_doca]": 160,
-    "test_scenario[selinux_modules]": 160,
-    "test_scenario[ofed_inbox]": 150,
-    "test_scenario[nvidia_driver_grid]": 145,
-    "test_scenario[scale_client]": 105,
-    "test_scenario[preflight]": 90,
-    "test_scenario[nodeforge]": 55,
+    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 1110,
+    "test_scenario[nvidia_driver_distro]": 815,
+    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 680,
+    "test_scenario[nvidia_driver_cuda_repo]": 215,
+    "test_lab_up_provision_down": 215,
+    "test_scenario[gpudirect_rdma]": 210,
+    "test_scenario[selinux_modules]": 170,
+    "test_scenario[nvidia_container_toolkit_custom]": 140,
+    "test_scenario[nvidia_driver_operator]": 140,
+    "test_scenario[nvidia_container_toolkit]": 110,
+    "test_scenario[ofed_mlnx]": 110,
+    "test_scenario[ofed_inbox]": 110,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 105,
+    "test_scenario[ofed_doca]": 85,
+    "test_scenario[nvidia_driver_grid]": 80,
+    "test_scenario[scale_client]": 75,
+    "test_scenario[preflight]": 60,
+    "test_scenario[nodeforge]": 40,
 }
 
 

@@ -256,6 +256,10 @@ def _upgrade_driver(name: str, inventory: str, host: str, kernel: str, driver_va
     assert _out(name, host, "cat /proc/sys/kernel/random/boot_id") != boot
     before_reboot = _out(name, host, "journalctl -k -b -1 --no-pager -o cat")
     assert _standin_unloads(before_reboot) == UNLOAD_ORDER[:-1], before_reboot[-2000:]
+    # The new driver's peer memory module was never loaded on top of the old nvidia (gpudirect_rdma waits for the
+    # reboot when the running driver's version is not the module's); the boot loaded it with the new driver.
+    assert f"stand-in: loaded nvidia_peermem {NEW_DRIVER}" not in before_reboot, before_reboot[-2000:]
+    assert _out(name, host, "cat /sys/module/nvidia_peermem/version") == NEW_DRIVER
     assert _ssh(name, host, "test -e /var/lib/nodeforge/reboot-required", check=False).returncode != 0
     # What the ofed role persisted came back by itself.
     assert _ssh(name, host, "test -d /sys/module/rdma_rxe").returncode == 0

@@ -139,6 +139,18 @@ def test_the_playbook_sizes_its_batches_with_max_unavailable_over_its_batch_defa
     assert FILTERS["upgrade_batch_size"](total, batch, max_unavailable) == size
 
 
+@pytest.mark.parametrize(("batch", "max_unavailable"), [(None, None), (3, None), (None, "50%"), (None, "2"), (1, None)])
+@pytest.mark.parametrize("total", [1, 4, 7])
+def test_the_playbook_batches_are_the_ones_the_cli_schedule_shows(total, batch, max_unavailable):
+    # `upgrade --yes` prints its schedule from upgrade.batch_size; the playbook's plan play sizes the real batches
+    # from the variables the CLI passes (set over the inventory's and -e values).
+    from nodeforge.upgrade_cli import _batch_vars
+
+    passed = _batch_vars(batch, max_unavailable)
+    played = FILTERS["upgrade_batch_size"](total, passed["upgrade_batch"], passed["upgrade_max_unavailable"])
+    assert played == upgrade.batch_size(total, batch, max_unavailable)
+
+
 def test_schedule_batches_the_nodes_to_do_in_host_name_order():
     plans = {
         "gpu-04": {"action": "todo"},

@@ -88,15 +88,14 @@ BATCH_PLAY = "Upgrade the nodes in batches"
 
 
 def _batch_vars(batch: int | None, max_unavailable: str | None) -> dict[str, Any]:
-    """The playbook's variables for --batch / --max-unavailable (its plan play sizes the batches from them); a bad
+    """The playbook's variables for --batch / --max-unavailable (its plan play sizes the batches from them), both
+    always set, so that the batches are the ones the CLI's schedule shows whatever the inventory or -e say; a bad
     value or both flags are refused here, before any node is read."""
     try:
         upgrade.batch_size(1, batch, max_unavailable)
     except upgrade.UpgradeError as exc:
         raise click.UsageError(str(exc)) from exc
-    if max_unavailable is not None:
-        return {"upgrade_max_unavailable": max_unavailable}
-    return {"upgrade_batch": batch} if batch is not None else {}
+    return {"upgrade_batch": batch or 1, "upgrade_max_unavailable": max_unavailable or ""}
 
 
 def plans_and_schedule(
