@@ -438,12 +438,12 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
 
 
 def bench_strategy(b: Bench, name: str, reps: int = 2) -> None:
-    """No-op re-provisions of the same lab with the shipped strategy (mitogen_linear), Ansible's linear and free,
-    in rotated order."""
-    strategies = ["mitogen_linear", "linear", "free"]
+    """No-op re-provisions of the same lab with the shipped strategy (nodeforge_linear: Mitogen's linear without its
+    CPU pinning), Mitogen's own mitogen_linear, Ansible's linear and free, in rotated order."""
+    strategies = ["nodeforge_linear", "mitogen_linear", "linear", "free"]
     times: dict[str, list[float]] = {s: [] for s in strategies}
     for i in range(reps):
-        for strategy in strategies[i % 3 :] + strategies[: i % 3]:
+        for strategy in strategies[i % len(strategies) :] + strategies[: i % len(strategies)]:
             what = f"lab provision --json --name {name}"
             env = {**b.env, "ANSIBLE_STRATEGY": strategy}
             wall, out = b.call([*NODEFORGE, *what.split()], what=f"{what} (strategy {strategy})", env=env)
@@ -455,6 +455,10 @@ def bench_strategy(b: Bench, name: str, reps: int = 2) -> None:
     linear = statistics.median(times["linear"])
     b.row("free / linear (medians)", f"{statistics.median(times['free']) / linear:.0%}")
     b.row("mitogen_linear / linear (medians)", f"{statistics.median(times['mitogen_linear']) / linear:.0%}")
+    b.row(
+        "nodeforge_linear / mitogen_linear (medians)",
+        f"{statistics.median(times['nodeforge_linear']) / statistics.median(times['mitogen_linear']):.0%}",
+    )
 
 
 def scaling_rows(b: Bench) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,38 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         apt_cache.stop(owner=os.getpid())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _expected_seconds(item: pytest.Item) -> int:
     # Unlisted molecule scenarios still go before the quick tests.
-    items.sort(key=lambda item: -LONG_TESTS.get(item.name, 60 if item.name.startswith("test_scenario[") else 0))
+    return LONG_TESTS.get(item.name, 60 if item.name.startswith("test_scenario[") else 0)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first, each long test followed by a quick one. An xdist worker runs a test only once it holds the next
+    one too (pytest tears down towards it), so the test after a long one is committed to the same worker: a quick one
+    there costs nothing, where a second long one would wait the whole first test out on one worker while the other
+    goes idle (the VM test and nvidia_driver_distro did so, back to back, in a CI run that ran out of time)."""
+    items.sort(key=lambda item: -_expected_seconds(item))
+    long = [item for item in items if _expected_seconds(item)]
+    quick = items[len(long) :]
+    paired = [item for pair in zip(long, quick, strict=False) for item in pair]
+    items[:] = paired + long[len(paired) // 2 :] + quick[len(paired) // 2 :]
+
+
+def _progress(line: str) -> None:
+    sys.stderr.write(f"\n[{time.strftime('%H:%M:%S')}] {line}\n")
+
+
+# With xdist, the controller prints a line as each long test starts and ends (its worker, its wall time), so that a log
+# cut short by a time limit still says which long tests had finished and which were running.
+def pytest_runtest_logstart(nodeid: str) -> None:
+    name = nodeid.rpartition("::")[2]
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and (name in LONG_TESTS or name.startswith("test_scenario[")):
+        _progress(f"started: {nodeid}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and report.duration >= 30 and hasattr(report, "node"):
+        _progress(f"{report.node.gateway.id} {report.outcome} in {report.duration:.0f}s: {report.nodeid}")
 
 
 @pytest.fixture(autouse=True)

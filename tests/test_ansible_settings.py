@@ -4,6 +4,7 @@ through Ansible's own config lookup, its fact cache on disk and the command ansi
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -54,8 +55,9 @@ def test_callers_environment_wins(tmp_path):
 
 def test_callers_strategy_plugins_are_kept_beside_mitogens(tmp_path):
     chosen = ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY_PLUGINS": "/site/strategies"})
-    mitogen, theirs = chosen["ANSIBLE_STRATEGY_PLUGINS"].split(":")
+    ours, mitogen, theirs = chosen["ANSIBLE_STRATEGY_PLUGINS"].split(":")
     assert theirs == "/site/strategies"
+    assert (Path(ours) / "nodeforge_linear.py").is_file(), ours
     assert (Path(mitogen) / "mitogen_linear.py").is_file(), mitogen
     assert ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY": "linear"}).get("ANSIBLE_STRATEGY") is None
 
@@ -65,6 +67,15 @@ def test_callers_strategy_plugins_are_kept_beside_mitogens(tmp_path):
 )
 def test_forks_sized_to_the_inventory(hosts, env, forks):
     assert ansible_settings.forks(hosts, env) == forks
+
+
+def _cpu_list(text: str) -> set[int]:
+    """/proc's Cpus_allowed_list ("0-3,6") as a set of CPU numbers."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def _reported(artifacts: str, task: str) -> dict:
@@ -80,21 +91,24 @@ def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir
     first = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
     assert first.exit_code == EXIT_OK
     reported = _reported(first.artifacts, "Report the effective settings")
+    cpus = reported.pop("cpus")
     assert reported == {
         "pipelining": True,
         "gathering": "smart",
         "cache_plugin": "jsonfile",
         "cache_connection": str(state_dir / "facts"),
-        # Ansible loaded Mitogen's strategy (an unknown strategy name fails the run before any task).
-        "strategy": "mitogen_linear",
+        # Ansible loaded nodeforge's strategy (an unknown strategy name fails the run before any task).
+        "strategy": "nodeforge_linear",
     }
+    # Mitogen's pinning is off: a task's command may run on every CPU this test may (the kernel's own list, "0-1").
+    assert _cpu_list(cpus) == os.sched_getaffinity(0), cpus
     # Ansible's jsonfile cache wrote this host's facts under the state directory...
     cached = json.loads((state_dir / "facts" / "localnode").read_text())
     assert cached["ansible_distribution"] and cached["ansible_kernel"]
     # ...and the next run reads them instead of gathering: one result fewer (no setup task on the host).
     second = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    assert first.hosts["localnode"]["ok"] == 2
-    assert second.hosts["localnode"]["ok"] == 1
+    assert first.hosts["localnode"]["ok"] == 3
+    assert second.hosts["localnode"]["ok"] == 2
 
 
 @pytest.mark.slow

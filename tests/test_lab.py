@@ -248,7 +248,7 @@ def host_key_checking_is_on(lab_name: str, nodes: list[str], tmp_path) -> None:
     assert result.hosts[nodes[1]]["ok"] == 1 and result.hosts[nodes[1]]["unreachable"] == 0, result.hosts
     [failure] = result.failures
     assert failure.host == nodes[0] and failure.unreachable
-    # Mitogen's words for ssh's "Host key verification failed" (the run's strategy is mitogen_linear).
+    # Mitogen's words for ssh's "Host key verification failed" (the run's strategy is nodeforge_linear).
     assert "mismatching host key" in failure.message, failure.message
 
 

@@ -141,7 +141,9 @@ fi
 chroot "$root" apt-get -q -o Acquire::http::Proxy-Auto-Detect= -o "Acquire::http::Proxy=$cache" update \
   >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 [[ -z $resolv ]] || rm -f "$resolv"
-rm -rf "$root"/var/cache/apt/*.bin
+# apt's binary package cache of those lists, built here natively: without it, the first apt call in each guest builds
+# it under emulation (9 s against 3 s once it exists, measured in a guest).
+chroot "$root" apt-cache gencaches >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 
 kernel=$(find "$root/boot" -name 'vmlinuz-*' | sort | tail -1)
 initrd=$(find "$root/boot" -name 'initrd.img-*' | sort | tail -1)

@@ -32,6 +32,9 @@ SERVER_ALIVE_INTERVAL_S = 5
 SERVER_ALIVE_COUNT_MAX = 3
 FORKS_MIN = 5  # Ansible's own default
 FORKS_MAX = 64  # each fork is a controller process and an SSH session
+# Mitogen's linear strategy without its CPU pinning (src/nodeforge/strategy/nodeforge_linear.py).
+STRATEGY = "nodeforge_linear"
+STRATEGY_DIR = Path(__file__).resolve().parent / "strategy"
 # ssh's ControlPath is a UNIX socket: 108 bytes, of which %C takes 40 and ssh's temporary suffix 17 more.
 CONTROL_PATH_DIR_MAX = 48
 
@@ -78,18 +81,26 @@ def settings(state: Path) -> list[Setting]:
         Setting("ANSIBLE_CACHE_PLUGIN_TIMEOUT", str(FACT_CACHE_TIMEOUT_S), "cached facts expire after 30 minutes"),
         Setting(
             "ANSIBLE_STRATEGY_PLUGINS",
-            str(mitogen_strategy_dir()),
-            "Mitogen's strategies, from the mitogen package nodeforge depends on (a caller's own directories are kept, "
-            "after it)",
+            os.pathsep.join([str(STRATEGY_DIR), str(mitogen_strategy_dir())]),
+            "nodeforge's strategy, then Mitogen's, from the mitogen package nodeforge depends on (a caller's own "
+            "directories are kept, after them)",
         ),
         Setting(
             "ANSIBLE_STRATEGY",
-            "mitogen_linear",
+            STRATEGY,
             "linear's order (one task at a time on every host, which the output, the failure report and the reboot "
             "batches rely on) over Mitogen's connections: one Python interpreter per node for the whole run instead "
-            "of one per task; measured in docs/ansible-settings.md",
+            "of one per task; Mitogen's CPU pinning left off; measured in docs/ansible-settings.md",
         ),
     ]
+
+
+def unpin_mitogen() -> None:
+    """Switch off Mitogen's CPU pinning in this process, before its strategy starts: its policy object, looked up at
+    each use, becomes the base policy, whose every step does nothing (nodeforge's strategies call this)."""
+    import ansible_mitogen.affinity
+
+    ansible_mitogen.affinity.policy = ansible_mitogen.affinity.Policy()
 
 
 def mitogen_strategy_dir() -> Path:

@@ -7,13 +7,18 @@ own create and destroy playbooks (molecule-plugins' podman driver) run on localh
 wait for an `async` podman_container job with `async_status`; under Mitogen's local connection that job never
 reports finished. So a play whose connection is `local` runs under Ansible's linear strategy, with no Mitogen
 wrappers installed; every other play (prepare, check, converge, idempotence and the verifiers' playbook runs)
-runs under Mitogen's, over its `podman` connection (molecule/shared/base.yml). Only the test harness uses this.
+runs under Mitogen's, over its `podman` connection (molecule/shared/base.yml). As in nodeforge's own strategy
+(nodeforge_linear), Mitogen's CPU pinning is left off: it put every `podman exec`, and all it ran in the container,
+on one of the two CPUs here (a DKMS build ran `make -j1`), the same one for both test workers. Only the test harness
+uses this.
 """
 
 from __future__ import annotations
 
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
+
+from nodeforge.ansible_settings import unpin_mitogen
 
 DOCUMENTATION = """
 name: nodeforge_molecule
@@ -22,6 +27,8 @@ description:
   - Mitogen's linear strategy, except for plays whose connection is C(local), which run under Ansible's linear.
 author: nodeforge
 """
+
+unpin_mitogen()
 
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 

@@ -1,0 +1,32 @@
+"""nodeforge's strategy: Mitogen's linear strategy (`mitogen_linear`) without Mitogen's CPU pinning.
+
+Mitogen pins its processes to CPUs (ansible_mitogen/affinity.py): on a controller with 2 or 3 CPUs every worker,
+and every process a worker starts (the ssh and podman clients, a `podman exec` and all it runs in a container node,
+such as a DKMS build's make, which then sees one CPU), goes to the CPUs after the first, and two runs at once share
+those same CPUs. nodeforge leaves the placement to the kernel's scheduler. docs/ansible-settings.md has the
+measurements.
+"""
+
+from __future__ import annotations
+
+import ansible_mitogen.loaders
+import ansible_mitogen.strategy
+
+from nodeforge.ansible_settings import unpin_mitogen
+
+DOCUMENTATION = """
+name: nodeforge_linear
+short_description: Mitogen's linear strategy without its CPU pinning
+description:
+  - Ansible's linear order over Mitogen's connections (mitogen_linear); Mitogen's processes and their children may
+    run on any CPU.
+author: nodeforge
+"""
+
+unpin_mitogen()
+
+Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
+
+
+class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Linear):
+    pass
