@@ -13,27 +13,26 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 # Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers): `make test` hands out the longest
 # first, so that neither worker is left with a long test at the end. Only the order depends on these numbers; a test
-# missing here runs after the listed ones. From the fresh-clone CI run of c8c42d8 (2026-11-27); the last three
-# scenarios, below its 15 slowest, estimated from earlier runs.
+# missing here runs after the listed ones. From the fresh-clone CI run of 63b8869 (2026-11-27); the lab upgrade test
+# with the lab checks test_lab_up_provision_down made on a lab of its own then (177 s) added.
 LONG_TESTS = {
-    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 1110,
-    "test_scenario[nvidia_driver_distro]": 815,
-    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 680,
-    "test_scenario[nvidia_driver_cuda_repo]": 215,
-    "test_lab_up_provision_down": 215,
-    "test_scenario[gpudirect_rdma]": 210,
-    "test_scenario[selinux_modules]": 170,
-    "test_scenario[nvidia_container_toolkit_custom]": 140,
-    "test_scenario[nvidia_driver_operator]": 140,
-    "test_scenario[nvidia_container_toolkit]": 110,
-    "test_scenario[ofed_mlnx]": 110,
-    "test_scenario[ofed_inbox]": 110,
-    "test_scenario[gpudirect_rdma_nv_peer_mem]": 105,
-    "test_scenario[ofed_doca]": 85,
-    "test_scenario[nvidia_driver_grid]": 80,
-    "test_scenario[scale_client]": 75,
-    "test_scenario[preflight]": 60,
-    "test_scenario[nodeforge]": 40,
+    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 960,
+    "test_scenario[nvidia_driver_distro]": 690,
+    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 560,
+    "test_scenario[gpudirect_rdma]": 135,
+    "test_scenario[nvidia_driver_cuda_repo]": 120,
+    "test_scenario[nvidia_container_toolkit_custom]": 100,
+    "test_scenario[selinux_modules]": 100,
+    "test_scenario[nvidia_driver_operator]": 95,
+    "test_scenario[gpudirect_rdma_nv_peer_mem]": 95,
+    "test_scenario[ofed_mlnx]": 80,
+    "test_scenario[nvidia_container_toolkit]": 80,
+    "test_scenario[ofed_inbox]": 75,
+    "test_scenario[ofed_doca]": 70,
+    "test_scenario[nvidia_driver_grid]": 70,
+    "test_scenario[scale_client]": 60,
+    "test_scenario[preflight]": 55,
+    "test_scenario[nodeforge]": 35,
 }
 
 

@@ -1,6 +1,9 @@
-"""`nodeforge upgrade` end to end on four lab nodes (podman containers over SSH), through the real CLI: the plan, a
-halted run (a package that fails to install on a node of the second batch), the refusal to go on without --resume,
-the resume, the no-op re-run, a downgrade refused and then allowed in batches of two through the Kubernetes path.
+"""The lab and `nodeforge upgrade` end to end on four lab nodes (podman containers over SSH), through the real CLI:
+`lab up --provision` of the full stack and its checks (tests/test_lab.py's: the SSH path, each node's packages and
+files, a no-op re-provision, host key checking, `validate`), then the upgrade: the plan, a halted run (a package that
+fails to install on a node of the second batch), the refusal to go on without --resume, the resume, the no-op re-run,
+a downgrade refused and then allowed in batches of two through the Kubernetes path; then `lab down`. One lab for both,
+because provisioning a lab costs minutes of both cores.
 
 Every expectation is read from the nodes themselves (dpkg's database, apt's holds, the state file, the Slurm stand-in's
 call log) or from the calls the kubernetes.core stand-in recorded, never from nodeforge's own report alone."""
@@ -19,6 +22,13 @@ from click.testing import CliRunner
 from nodeforge import lab
 from nodeforge.cli import main
 from tests.conftest import REPO
+from tests.test_lab import (
+    host_key_checking_is_on,
+    lab_down_removes_it,
+    provisioned_lab_is_what_the_roles_say,
+    reprovision_changes_nothing,
+    validate_checks_the_lab,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,6 +93,9 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
     assert up.exit_code == 0, up.output
     nodes = [f"nodeforge-{lab_name}-{i}" for i in range(1, 5)]
     inventory = str(lab.inventory_path(lab_name))
+    provisioned_lab_is_what_the_roles_say(lab_name, nodes, json.loads(up.stdout))
+    reprovision_changes_nothing(lab_name)
+    host_key_checking_is_on(lab_name, nodes, tmp_path)
     for host in nodes:
         assert toolkit_state(host) == dict.fromkeys(TOOLKIT, "hi 1.20.0-1"), host
         for tool in ("scontrol", "squeue"):
@@ -163,6 +176,12 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
     assert {host: sh(host, f"stat -c %Y {STATE_FILE}") for host in nodes} == before
     assert all(len(calls(host, "scontrol")) <= 4 for host in nodes)
 
+    # validate on the upgraded lab; it ends by removing node 1's containerd drop-in, which is put back from node 2.
+    validate_checks_the_lab(lab_name, nodes, tmp_path)
+    dropin = "/etc/containerd/conf.d/99-nvidia.toml"
+    lab._podman("cp", f"{nodes[1]}:{dropin}", str(tmp_path / "dropin.toml"))
+    lab._podman("cp", str(tmp_path / "dropin.toml"), f"{nodes[0]}:{dropin}")
+
     # Back to 1.20.0: refused as a downgrade, then allowed, in batches of two through the Kubernetes path.
     k8s = ["--component", "toolkit", "--to", "1.20.0", "--drain", "kubernetes"]
     code, refused = upgrade(inventory, *k8s, "--yes")
@@ -221,3 +240,5 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
     last_of_first = max(order.index((h, "uncordon")) for h in nodes[:2])
     first_of_second = min(order.index((h, "cordon")) for h in nodes[2:])
     assert last_of_first < first_of_second, order
+
+    lab_down_removes_it(lab_name)
