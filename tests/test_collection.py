@@ -130,6 +130,8 @@ def test_wheel_ships_the_collection(tmp_path):
     ):
         assert root + path in names, path
     assert not [n for n in names if n.startswith(("nodeforge/content/roles/", "nodeforge/content/playbooks/"))]
+    # The strategy every run names (ANSIBLE_STRATEGY=nodeforge_linear): without it an installed nodeforge runs nothing.
+    assert "nodeforge/strategy/nodeforge_linear.py" in names
     # The lab's own content ships (its node image, the playbook that serves a toolkit mirror); no test fixture does:
     # nothing from molecule/ (the fixture repository builder, its specs, stand-ins), no tests.
     for path in ("lab/base-image/build.sh", "lab/serve_toolkit_mirror.yml", "inventories/lab/hosts.yml"):
