@@ -81,9 +81,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         apt_cache.stop(owner=os.getpid())
 
 
-def _expected_seconds(item: pytest.Item) -> int:
+def _expected_seconds(name: str) -> int:
     # Unlisted molecule scenarios still go before the quick tests.
-    return LONG_TESTS.get(item.name, 60 if item.name.startswith("test_scenario[") else 0)
+    return LONG_TESTS.get(name, 60 if name.startswith("test_scenario[") else 0)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -91,8 +91,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     one too (pytest tears down towards it), so the test after a long one is committed to the same worker: a quick one
     there costs nothing, where a second long one would wait the whole first test out on one worker while the other
     goes idle (the VM test and nvidia_driver_distro did so, back to back, in a CI run that ran out of time)."""
-    items.sort(key=lambda item: -_expected_seconds(item))
-    long = [item for item in items if _expected_seconds(item)]
+    items.sort(key=lambda item: -_expected_seconds(item.name))
+    long = [item for item in items if _expected_seconds(item.name)]
     quick = items[len(long) :]
     paired = [item for pair in zip(long, quick, strict=False) for item in pair]
     items[:] = paired + long[len(paired) // 2 :] + quick[len(paired) // 2 :]
@@ -105,8 +105,7 @@ def _progress(line: str) -> None:
 # With xdist, the controller prints a line as each long test starts and ends (its worker, its wall time), so that a log
 # cut short by a time limit still says which long tests had finished and which were running.
 def pytest_runtest_logstart(nodeid: str) -> None:
-    name = nodeid.rpartition("::")[2]
-    if os.environ.get("PYTEST_XDIST_WORKER") is None and (name in LONG_TESTS or name.startswith("test_scenario[")):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and _expected_seconds(nodeid.rpartition("::")[2]):
         _progress(f"started: {nodeid}")
 
 

@@ -220,9 +220,9 @@ def host_key_checking_is_on(lab_name: str, nodes: list[str], tmp_path) -> None:
     tampered = tmp_path / "known_hosts"
     tampered.write_text(f"{first} {second.split(' ', 1)[1]}\n{second}\n")
     data = yaml.safe_load(lab.inventory_path(lab_name).read_text())
-    hosts = data["all"]["children"]["gpu_nodes"]["hosts"]
-    hosts = data["all"]["children"]["gpu_nodes"]["hosts"] = {name: hosts[name] for name in nodes[:2]}
-    for i, host in enumerate(hosts.values()):
+    group = data["all"]["children"]["gpu_nodes"]
+    group["hosts"] = {name: group["hosts"][name] for name in nodes[:2]}
+    for i, host in enumerate(group["hosts"].values()):
         host["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={tampered} -o StrictHostKeyChecking=yes"
         # A fresh ControlPath (short: a socket's path has a length limit): a master connection the provision left
         # open would carry this run without a new handshake, so without a host key check.
