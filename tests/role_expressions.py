@@ -28,3 +28,10 @@ def render(role: str, file: str, name: str, fact: str, **registered) -> object:
     t = task(role, file, name)
     variables = {**registered, **t.get("vars", {})}
     return Templar(loader=DataLoader(), variables=variables).template(t["ansible.builtin.set_fact"][fact])
+
+
+def render_arg(role: str, file: str, name: str, module: str, arg: str, **variables) -> object:
+    """Render one module argument of the named task (a command's argv, an environment value) with the given
+    variables."""
+    args = task(role, file, name)[module]
+    return Templar(loader=DataLoader(), variables=variables).template(args[arg])

@@ -8,12 +8,13 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nodeforge import ansible_settings
+from nodeforge import ansible_settings, content
 from nodeforge.cli import main
 from nodeforge.runner import EXIT_OK, RunOptions, run_playbook
 from tests.conftest import PLAYBOOKS
@@ -135,3 +136,44 @@ def test_cli_sizes_forks_to_the_targeted_hosts(tmp_path, state_dir):
         artifacts = json.loads(result.stdout)["artifacts"]
         command = json.loads(Path(artifacts, "command").read_text())["command"]
         assert command[command.index("--forks") + 1] == str(forks), command
+
+
+# What a forked worker does in a task: look up the collection's filters (every filter the collection defines), one of
+# its action plugins and a builtin filter. It prints the modules those lookups imported.
+WORKER_LOOKUPS = """
+import json, pathlib, re, sys
+from ansible.plugins.loader import action_loader, filter_loader, init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+from nodeforge.ansible_settings import preload_plugins
+if sys.argv[2] == "preload":
+    preload_plugins()
+before = set(sys.modules)
+names = ["bool", "ansible.builtin.regex_replace"]
+for file in sorted(pathlib.Path(sys.argv[1], "ansible_collections/nodeforge/gpu/plugins/filter").glob("*.py")):
+    filters = file.read_text().split("def filters")[-1]
+    names += ["nodeforge.gpu." + n for n in re.findall(r'^ +"([a-z0-9_]+)": ', filters, re.M)]
+found = {name: filter_loader.get(name) is not None for name in names}
+found["action"] = action_loader.get("nodeforge.gpu.resolve_settings", class_only=True) is not None
+print(json.dumps({"found": found, "imported": sorted(set(sys.modules) - before)}))
+"""
+
+
+def _worker_lookups(mode: str) -> dict:
+    run = subprocess.run(
+        [sys.executable, "-c", WORKER_LOOKUPS, str(content.collections_dir()), mode],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(run.stdout)
+
+
+def test_preloaded_plugins_leave_a_worker_nothing_to_import():
+    cold, preloaded = _worker_lookups("cold"), _worker_lookups("preload")
+    assert len(cold["found"]) > 20 and all(cold["found"].values())
+    assert preloaded["found"] == cold["found"]
+    # Without the preload the lookups import the collection's plugin files, jsonschema among them (k8s.py) ...
+    assert "ansible_collections.nodeforge.gpu.plugins.filter.k8s" in cold["imported"]
+    assert "jsonschema" in cold["imported"]
+    # ... with it, nothing: the worker's fork already has them.
+    assert preloaded["imported"] == []

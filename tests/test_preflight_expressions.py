@@ -8,6 +8,8 @@ real node prints. A regex escaped for the wrong layer (as in the fix of b5d4f96)
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
 from functools import partial
 
 import pytest
@@ -84,3 +86,32 @@ def test_kernel_headers_from_apt_cache_policy(installed, candidate, installable,
     found = render("setup-Debian.yml", name, "__preflight_kernel_headers_installable", **registered)
     assert str(found) == str(installable)
     assert render("setup-Debian.yml", name, "__preflight_kernel_headers_detail", **registered).startswith(detail)
+
+
+@pytest.mark.parametrize("package", ["coreutils", "nodeforge-no-such-package"])
+def test_kernel_headers_probe_on_this_debian_machine(package):
+    """The probe's own script, run on this Debian machine: dpkg answers for an installed package (no apt-cache), apt
+    for one that is not; the role's expressions read either answer as dpkg itself reports the package."""
+    probe = task(
+        "setup-Debian.yml", "Ask dpkg, then apt, whether the running kernel's headers are installed or available"
+    )
+    environment = {**os.environ, "LC_ALL": "C", "PACKAGE": package}
+    run = subprocess.run(
+        ["/bin/sh", "-c", probe["ansible.builtin.shell"]["cmd"]],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=True,
+    )
+    dpkg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
+    name = "Record the kernel headers' apt state"
+    registered = {"__preflight_apt_policy": {"stdout": run.stdout}}
+    detail = render("setup-Debian.yml", name, "__preflight_kernel_headers_detail", **registered)
+    if dpkg.returncode == 0:
+        assert "Candidate:" not in run.stdout  # dpkg answered; apt-cache did not run
+        assert detail == f"installed {dpkg.stdout}"
+    else:
+        assert detail.startswith("no candidate in the apt lists")
+    assert str(render("setup-Debian.yml", name, "__preflight_kernel_headers_installable", **registered)) == str(
+        dpkg.returncode == 0
+    )

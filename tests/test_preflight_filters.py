@@ -5,43 +5,51 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 from nodeforge.collection import preflight
 from tests import role_expressions
 
-OUTPUTS = Path(__file__).parent / "data" / "outputs"
 
-
-def df(path: str) -> dict:
-    """A registered result of the role's df task for one path (item as dict2items gives it)."""
-    run = subprocess.run(
-        ["df", "-P", "-k", "--", path], capture_output=True, text=True, env={"LC_ALL": "C", **os.environ}
+def df(*paths: str) -> dict:
+    """The registered result of the role's df task (its own argv) over the checked paths, run here."""
+    argv = role_expressions.render_arg(
+        "preflight",
+        "main.yml",
+        "Measure the free space of each checked path",
+        "ansible.builtin.command",
+        "argv",
+        preflight_min_free_gb=dict.fromkeys(paths, 1),
     )
-    return {"item": {"key": path, "value": 1}, "rc": run.returncode, "stdout": run.stdout}
+    run = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    return {"rc": run.returncode, "stdout": run.stdout, "stderr_lines": run.stderr.splitlines()}
 
 
-def test_df_free_gib_of_captured_output():
-    text = (OUTPUTS / "df-P-k-debian12.txt").read_text()
-    available_kib = int(text.splitlines()[1].split()[3])
-    assert preflight.df_free_gib(text) == round(available_kib / 1048576, 1)
-    assert preflight.df_free_gib("") is None
-
-
-def test_free_disk_agrees_with_statvfs():
-    free = preflight.free_disk_gib([df("/"), df("/no/such/path")])
-    stat = os.statvfs("/")
-    # df rounds to KiB; the filesystem moves between the two reads: within 0.1 GiB.
-    assert abs(free["/"] - stat.f_bavail * stat.f_frsize / 2**30) < 0.1
+def test_free_disk_agrees_with_statvfs(tmp_path):
+    spaced = tmp_path / "a dir with spaces"
+    spaced.mkdir()
+    paths = ["/", "/no/such/path", str(spaced), "/"]
+    free = preflight.free_disk_gib(df(*paths)["stdout"], paths)
+    assert set(free) == set(paths)
+    for path in ("/", str(spaced)):
+        stat = os.statvfs(path)
+        # df rounds to KiB; the filesystem moves between the two reads: within 0.1 GiB.
+        assert abs(free[path] - stat.f_bavail * stat.f_frsize / 2**30) < 0.1
     assert free["/no/such/path"] is None
 
 
 def test_role_records_free_space_through_the_filter():
-    results = {"__preflight_df": {"results": [df("/"), df("/no/such/path")]}}
+    registered = df("/", "/no/such/path")
+    assert registered["rc"] == 1  # df's exit status for a missing path, which the role does not count as a failure
     rendered = role_expressions.render(
-        "preflight", "main.yml", "Record the free space per path", "__preflight_free_disk_gb", **results
+        "preflight",
+        "main.yml",
+        "Record the free space per path",
+        "__preflight_free_disk_gb",
+        __preflight_df=registered,
+        preflight_min_free_gb={"/": 10, "/no/such/path": 10},
     )
-    assert rendered == preflight.free_disk_gib(results["__preflight_df"]["results"])
+    assert rendered == preflight.free_disk_gib(registered["stdout"], ["/", "/no/such/path"])
+    assert rendered["/"] > 0 and rendered["/no/such/path"] is None
 
 
 def test_disk_unmet_messages():

@@ -103,6 +103,34 @@ def unpin_mitogen() -> None:
     ansible_mitogen.affinity.policy = ansible_mitogen.affinity.Policy()
 
 
+def preload_plugins(collections: tuple[str, ...] = ("nodeforge.gpu",)) -> None:
+    """Import the plugins every task's worker would otherwise import again, once, in the strategy's process.
+
+    Ansible forks a worker per task and host; a worker that templates a filter or runs an action plugin imports its
+    file unless the process it forked from already had. Looking up one collection filter imports every filter file
+    of that collection (ansible.plugins.loader.Jinja2Loader), so each `when:` or argument using one of ours paid for
+    all of them, jsonschema included, and the first builtin filter or test a worker used built the table of all
+    builtin ones. Called by nodeforge's strategies before the first task; forked workers inherit the result.
+    """
+    import importlib
+    import pkgutil
+
+    from ansible.plugins.loader import PluginLoader, action_loader, filter_loader, test_loader
+
+    for loader in (filter_loader, test_loader):
+        list(loader.all())  # the table of builtin filters and tests (Jinja2Loader._ensure_non_collection_wrappers)
+    list(action_loader.all(class_only=True))
+    for collection in collections:
+        for kind, loader in (("filter", filter_loader), ("test", test_loader), ("action", action_loader)):
+            try:
+                package = importlib.import_module(f"ansible_collections.{collection}.plugins.{kind}")
+            except ImportError:
+                continue
+            for module in pkgutil.iter_modules(package.__path__):
+                # The file itself (a filter file holds several filters): PluginLoader's lookup, not Jinja2Loader's.
+                PluginLoader.get_with_context(loader, f"{collection}.{module.name}", class_only=True)
+
+
 def mitogen_strategy_dir() -> Path:
     """The directory of Mitogen's strategy plugins (mitogen_linear, ...), inside the installed ansible_mitogen."""
     return Path(ansible_mitogen.__file__).resolve().parent / "plugins" / "strategy"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
-from nodeforge.ansible_settings import unpin_mitogen
+from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
 
 DOCUMENTATION = """
 name: nodeforge_linear
@@ -24,6 +24,7 @@ author: nodeforge
 """
 
 unpin_mitogen()
+preload_plugins()
 
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 

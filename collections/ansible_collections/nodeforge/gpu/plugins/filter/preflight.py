@@ -10,7 +10,8 @@ DOCUMENTATION = r"""
 name: preflight_free_disk_gib
 short_description: nodeforge.gpu preflight helpers (free disk, repository reachability, unmet expectations)
 description:
-  - C(preflight_free_disk_gib) turns the registered results of C(df -P -k) over the checked paths into path -> GiB.
+  - C(preflight_free_disk_gib) turns the output of one C(df -k --output=avail,file) over the checked paths (the
+    paths as the argument) into path -> GiB, None for a path df did not measure.
   - C(preflight_reachable) turns the registered results of C(uri) over repository URLs into URL -> reachable.
   - C(preflight_disk_unmet) and C(preflight_repository_unmet) list the unmet disk and repository expectations.
 author: nodeforge

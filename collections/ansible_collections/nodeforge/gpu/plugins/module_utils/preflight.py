@@ -10,18 +10,16 @@ from collections.abc import Mapping
 KIB_PER_GIB = 1048576
 
 
-def df_free_gib(stdout: str) -> float | None:
-    """`df -P -k PATH`: the available space in GiB (one decimal), or None when df printed no filesystem line."""
-    lines = [line for line in (stdout or "").splitlines() if line.strip()]
-    if len(lines) < 2:
-        return None
-    return round(int(lines[-1].split()[3]) / KIB_PER_GIB, 1)
-
-
-def free_disk_gib(df_results: list[Mapping]) -> dict:
-    """The registered results of df over preflight_min_free_gb (dict2items): path -> free GiB, None when df failed
-    (the path does not exist)."""
-    return {r["item"]["key"]: df_free_gib(r.get("stdout", "")) if r.get("rc") == 0 else None for r in df_results}
+def free_disk_gib(stdout: str, paths: list[str]) -> dict:
+    """`df -k --output=avail,file -- PATH...`, one call for every checked path: path -> free GiB (one decimal), None
+    for a path df did not measure (it does not exist: df names it on stderr and prints no line for it). df prints each
+    FILE as it was given, after the right-aligned Avail column, so a path with spaces comes back whole."""
+    measured = {}
+    for line in (stdout or "").splitlines()[1:]:
+        avail, _, path = line.lstrip().partition(" ")
+        if avail.isdigit():
+            measured[path] = round(int(avail) / KIB_PER_GIB, 1)
+    return {path: measured.get(path) for path in paths}
 
 
 def reachable(probe_results: list[Mapping]) -> dict:
