@@ -140,6 +140,65 @@ def role_times(tasks: list[dict[str, Any]]) -> dict[str, float]:
     return {role: round(wall, 2) for role, wall in sorted(times.items(), key=lambda kv: -kv[1])}
 
 
+# Actions that Ansible runs on the controller alone: no module reaches the node.
+CONTROLLER_ACTIONS = {
+    "add_host",
+    "assert",
+    "debug",
+    "fail",
+    "group_by",
+    "import_role",
+    "import_tasks",
+    "include_role",
+    "include_tasks",
+    "include_vars",
+    "meta",
+    "set_fact",
+    "set_stats",
+    "validate_argument_spec",
+    "nodeforge.gpu.resolve_settings",
+    "nodeforge.gpu.validate_inventory",
+}
+
+
+def task_shape(artifacts: str) -> dict[str, int]:
+    """How many tasks of a run reached the node, ran on the controller alone, or were skipped (per host-task)."""
+    events = [json.loads(path.read_text()) for path in Path(artifacts, "job_events").glob("*.json")]
+    actions = {
+        e["event_data"]["task_uuid"]: e["event_data"].get("task_action", "")
+        for e in events
+        if e.get("event") in ("playbook_on_task_start", "playbook_on_handler_task_start")
+    }
+    shape = {"node": 0, "controller": 0, "skipped": 0}
+    for event in events:
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_skipped":
+            shape["skipped"] += 1
+        elif event.get("event") in ("runner_on_ok", "runner_on_failed"):
+            action = actions.get(data.get("task_uuid"), "").removeprefix("ansible.builtin.")
+            shape["controller" if action.removeprefix("ansible.legacy.") in CONTROLLER_ACTIONS else "node"] += 1
+    return shape
+
+
+def shape_playbook(shape: dict[str, int], path: Path) -> Path:
+    """A playbook of the same shape made of the cheapest tasks there are: a stat of / for each task that reached the
+    node, a set_fact for each controller task, a `when: false` debug for each skipped one, interleaved."""
+    kinds = ["node"] * shape["node"] + ["controller"] * shape["controller"] + ["skipped"] * shape["skipped"]
+    kinds = [kinds[i] for i in sorted(range(len(kinds)), key=lambda i: (i * 7919) % len(kinds))]
+    tasks: list[dict[str, Any]] = []
+    for i, kind in enumerate(kinds):
+        if kind == "node":
+            tasks.append({"name": f"task {i}", "ansible.builtin.stat": {"path": "/"}})
+        elif kind == "controller":
+            tasks.append({"name": f"task {i}", "ansible.builtin.set_fact": {f"bench_fact_{i}": "{{ 1 + 1 }}"}})
+        else:
+            tasks.append({"name": f"task {i}", "ansible.builtin.debug": {"msg": "skipped"}, "when": False})
+    play = {"name": "Same shape as the no-op re-provision", "hosts": "all", "gather_facts": False, "tasks": tasks}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump([play], sort_keys=False))
+    return path
+
+
 def _changed(summary: dict[str, Any]) -> int:
     return sum(int(h.get("changed", 0)) for h in (summary.get("hosts") or {}).values())
 
@@ -431,6 +490,8 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
             f"{float(rerun.get('duration_s', 0)) / max(float(first.get('duration_s', 0)), 1e-9):.0%}",
         )
         b.row(f"{label}: no-op re-provision changed (total)", str(changed), "0", changed == 0)
+        if nodes == 1:
+            bench_floor(b, name, task_shape(rerun["artifacts"]), first_wall)
         if then:
             then(name)
     finally:
@@ -517,27 +578,61 @@ with tempfile.TemporaryDirectory(prefix="nodeforge-bench-runner-") as tmp:
 """
 
 
-def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
-    from nodeforge import ansible_settings, content, lab, runner
+def _direct_cfg(b: Bench, inventory: str, playbook: Path) -> dict[str, Any]:
+    """What DIRECT needs to run a playbook with the CLI's settings, without the CLI."""
+    from nodeforge import ansible_settings, content, runner
 
-    inventory = str(lab.inventory_path(lab_name))
-    playbook = content.playbook("site.yml").resolve()
-    cfg = {
+    return {
         "playbook": str(playbook),
         "project_dir": str(playbook.parent),  # the CLI runs from the playbook's directory too (ansible.cfg lookup)
         "inventory": inventory,
         "envvars": {
             "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()),
             "CONTAINERS_CONF": b.env["CONTAINERS_CONF"],
-            # The same shipped settings (pipelining, SSH multiplexing, fact cache) and known_hosts checking: what is
-            # compared is the CLI's own cost, not its settings.
+            # The same shipped settings (pipelining, SSH multiplexing, fact cache, strategy) and known_hosts
+            # checking: what is compared is the CLI's own cost, or the tasks', not the settings.
             "ANSIBLE_HOST_KEY_CHECKING": "True",
             **ansible_settings.environment(runner.state_dir()),
         },
         "fact_cache": ansible_settings.fact_cache(runner.state_dir()),
     }
+
+
+def _run_direct(b: Bench, cfg: dict[str, Any], what: str) -> float:
+    wall, out = b.call([PYTHON, "-c", DIRECT, json.dumps(cfg)], what=what)
+    result = _json(out, what)
+    if result.get("status") != "successful" or result.get("rc") != 0:
+        raise BenchFailure(f"{what}: status {result.get('status')!r}, rc {result.get('rc')}")
+    return wall
+
+
+def bench_floor(b: Bench, lab_name: str, shape: dict[str, int], first_wall: float, reps: int = 2) -> None:
+    """The floor of a no-op at its task count: the same number of tasks on the node, on the controller and skipped,
+    each the cheapest of its kind, through ansible-runner with the same settings on the same lab node."""
+    from nodeforge import lab
+
+    playbook = shape_playbook(shape, Path(b.env["NODEFORGE_STATE_DIR"]) / "bench-floor" / "same_shape.yml")
+    cfg = _direct_cfg(b, str(lab.inventory_path(lab_name)), playbook)
+    times = [_run_direct(b, cfg, "ansible_runner.run (same-shape trivial playbook)") for _ in range(reps)]
+    floor = statistics.median(times)
+    b.samples[f"floor_{lab_name}"] = {"shape": shape, "wall_s": times}
+    b.row(
+        "no-op shape, 1 node: tasks on the node / on the controller / skipped",
+        f"{shape['node']} / {shape['controller']} / {shape['skipped']}",
+    )
+    b.row(f"same shape of trivial tasks (stat, set_fact, skipped debug): wall, median of {reps}", _median(times))
+    b.row(
+        "same shape of trivial tasks / first converge (the no-op's floor at this task count)",
+        f"{floor / first_wall:.0%}",
+    )
+
+
+def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
+    from nodeforge import content, lab
+
+    inventory = str(lab.inventory_path(lab_name))
+    cfg = _direct_cfg(b, inventory, content.playbook("site.yml").resolve())
     cli = [*NODEFORGE, "provision", "-i", inventory, "--json"]
-    direct = [PYTHON, "-c", DIRECT, json.dumps(cfg)]
 
     def run_cli() -> float:
         wall, out = b.call(cli, what="nodeforge provision --json (overhead)")
@@ -545,11 +640,7 @@ def bench_overhead(b: Bench, reps: int, lab_name: str) -> None:
         return wall
 
     def run_direct() -> float:
-        wall, out = b.call(direct, what="ansible_runner.run (overhead)")
-        result = _json(out, "ansible_runner.run")
-        if result.get("status") != "successful" or result.get("rc") != 0:
-            raise BenchFailure(f"ansible_runner.run: status {result.get('status')!r}, rc {result.get('rc')}")
-        return wall
+        return _run_direct(b, cfg, "ansible_runner.run (overhead)")
 
     times: dict[str, list[float]] = {"cli": [], "direct": []}
     for i in range(reps):  # alternate which goes first, against drift
