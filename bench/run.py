@@ -140,6 +140,14 @@ def role_times(tasks: list[dict[str, Any]]) -> dict[str, float]:
     return {role: round(wall, 2) for role, wall in sorted(times.items(), key=lambda kv: -kv[1])}
 
 
+def busy_cpu_seconds() -> float:
+    """CPU time this machine has spent busy since boot, all CPUs and processes together (/proc/stat): the
+    controller, podman, the lab nodes' containers, the package cache."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 # Actions that Ansible runs on the controller alone: no module reaches the node.
 CONTROLLER_ACTIONS = {
     "add_host",
@@ -453,7 +461,9 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
     lab_down(b, name)  # from nothing: no containers, no inventory
     try:
         what = f"lab up --nodes {nodes} --provision --json --name {name} --toolkit-mirror {toolkit_mirror(b)}"
+        busy = busy_cpu_seconds()
         first_wall, out = b.call([*NODEFORGE, *what.split()], what=what)
+        first_cpu = busy_cpu_seconds() - busy
         first = _json(out, what)
         _provision_ok(first, what, nodes)
         what = f"lab provision --json --name {name}"
@@ -467,6 +477,7 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
             "first_wall_s": first_wall,
             "first_duration_s": first.get("duration_s"),
             "first_changed": _changed(first),
+            "first_busy_cpu_s": first_cpu,
             "rerun_wall_s": rerun_wall,
             "rerun_duration_s": rerun.get("duration_s"),
             "rerun_hosts": rerun.get("hosts"),
@@ -477,6 +488,7 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
         label = f"lab {nodes} node{'s' if nodes > 1 else ''}"
         b.row(f"{label}: up --provision from nothing: wall", _s(first_wall))
         b.row(f"{label}: first provision duration_s (JSON)", _s(float(first.get("duration_s", 0))))
+        b.row(f"{label}: busy CPU time of the machine during up --provision", _s(first_cpu))
         b.row(f"{label}: no-op re-provision: wall", _s(rerun_wall))
         target = "<= 15%" if nodes in (1, 4) else "-"
         b.row(
@@ -524,6 +536,15 @@ def bench_strategy(b: Bench, name: str, reps: int = 2) -> None:
 
 def scaling_rows(b: Bench) -> None:
     one = b.samples.get("lab1")
+    if one:
+        # The machine's CPUs run the controller and every node: N nodes need at least N times one node's CPU time,
+        # spread over the CPUs at best.
+        cpus = os.cpu_count() or 1
+        floor = 16 * one["first_busy_cpu_s"] / cpus / one["first_wall_s"]
+        b.row(
+            f"16 nodes / 1 node on {cpus} CPUs, floor from 1 node's busy CPU time (16 x CPU / {cpus} / wall)",
+            f"{floor:.2f}x",
+        )
     for nodes in (4, 16):
         many = b.samples.get(f"lab{nodes}")
         if not one or not many:
