@@ -105,15 +105,20 @@ def _median(samples: list[float]) -> str:
     return f"{median} ({min(samples):.2f}-{max(samples):.2f})" if len(samples) > 1 else median
 
 
-def task_times(artifacts: str) -> list[dict[str, Any]]:
-    """Each task's wall time in a run, from ansible-runner's job events: from its start to the next task's (or the
-    end of the run), so that every second of the play is on some task; with the role it belongs to."""
-    events = []
-    for path in Path(artifacts, "job_events").glob("*.json"):
-        event = json.loads(path.read_text())
-        if event.get("event") in ("playbook_on_task_start", "playbook_on_handler_task_start", "playbook_on_stats"):
-            events.append(event)
-    events.sort(key=lambda e: e["counter"])
+def job_events(artifacts: str) -> list[dict[str, Any]]:
+    """A run's ansible-runner job events, in the order they happened."""
+    events = [json.loads(path.read_text()) for path in Path(artifacts, "job_events").glob("*.json")]
+    return sorted(events, key=lambda e: e["counter"])
+
+
+def task_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each task's wall time in a run, from its job events: from its start to the next task's (or the end of the
+    run), so that every second of the play is on some task; with the role it belongs to."""
+    events = [
+        e
+        for e in events
+        if e.get("event") in ("playbook_on_task_start", "playbook_on_handler_task_start", "playbook_on_stats")
+    ]
 
     def stamp(event: dict[str, Any]) -> float:
         return datetime.fromisoformat(event["created"]).timestamp()
@@ -169,9 +174,9 @@ CONTROLLER_ACTIONS = {
 }
 
 
-def task_shape(artifacts: str) -> dict[str, int]:
-    """How many tasks of a run reached the node, ran on the controller alone, or were skipped (per host-task)."""
-    events = [json.loads(path.read_text()) for path in Path(artifacts, "job_events").glob("*.json")]
+def task_shape(events: list[dict[str, Any]]) -> dict[str, int]:
+    """How many tasks of a run (its job events) reached the node, ran on the controller alone, or were skipped (per
+    host-task)."""
     actions = {
         e["event_data"]["task_uuid"]: e["event_data"].get("task_action", "")
         for e in events
@@ -472,7 +477,8 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
         _provision_ok(rerun, what, nodes)
         ratio = rerun_wall / first_wall
         changed = _changed(rerun)
-        first_tasks, rerun_tasks = task_times(first["artifacts"]), task_times(rerun["artifacts"])
+        rerun_events = job_events(rerun["artifacts"])
+        first_tasks, rerun_tasks = task_times(job_events(first["artifacts"])), task_times(rerun_events)
         b.samples[f"lab{nodes}"] = {
             "first_wall_s": first_wall,
             "first_duration_s": first.get("duration_s"),
@@ -503,7 +509,7 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
         )
         b.row(f"{label}: no-op re-provision changed (total)", str(changed), "0", changed == 0)
         if nodes == 1:
-            bench_floor(b, name, task_shape(rerun["artifacts"]), first_wall)
+            bench_floor(b, name, task_shape(rerun_events), first_wall)
         if then:
             then(name)
     finally:

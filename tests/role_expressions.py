@@ -25,13 +25,11 @@ def task(role: str, file: str, name: str) -> dict:
 
 def render(role: str, file: str, name: str, fact: str, **registered) -> object:
     """Render one set_fact value of the named task with the task's own vars and the given registered results."""
-    t = task(role, file, name)
-    variables = {**registered, **t.get("vars", {})}
-    return Templar(loader=DataLoader(), variables=variables).template(t["ansible.builtin.set_fact"][fact])
+    return render_arg(role, file, name, "ansible.builtin.set_fact", fact, **registered)
 
 
 def render_arg(role: str, file: str, name: str, module: str, arg: str, **variables) -> object:
-    """Render one module argument of the named task (a command's argv, an environment value) with the given
-    variables."""
-    args = task(role, file, name)[module]
-    return Templar(loader=DataLoader(), variables=variables).template(args[arg])
+    """Render one module argument of the named task (a command's argv, a set_fact value) with the task's own vars
+    and the given variables."""
+    t = task(role, file, name)
+    return Templar(loader=DataLoader(), variables={**variables, **t.get("vars", {})}).template(t[module][arg])

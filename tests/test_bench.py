@@ -34,4 +34,4 @@ def test_same_shape_playbook_runs_as_the_shape_it_was_built_from(tmp_path):
     assert run.stats["ok"] == {"localhost": shape["node"] + shape["controller"]}
     assert run.stats["skipped"] == {"localhost": shape["skipped"]}
     # Read back from the run's own job events: the stats and the shape agree.
-    assert bench.task_shape(run.config.artifact_dir) == shape
+    assert bench.task_shape(bench.job_events(run.config.artifact_dir)) == shape
