@@ -13,6 +13,7 @@ import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
 from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
+from nodeforge.controller_results import ControllerResults
 
 DOCUMENTATION = """
 name: nodeforge_linear
@@ -29,5 +30,5 @@ preload_plugins()
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
 
-class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Linear):
+class StrategyModule(ControllerResults, ansible_mitogen.strategy.StrategyMixin, Linear):
     pass

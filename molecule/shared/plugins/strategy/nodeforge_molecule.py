@@ -19,6 +19,7 @@ import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
 from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
+from nodeforge.controller_results import ControllerResults
 
 DOCUMENTATION = """
 name: nodeforge_molecule
@@ -34,7 +35,7 @@ preload_plugins()
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
 
-class StrategyModule(ansible_mitogen.strategy.StrategyMixin, Linear):
+class StrategyModule(ControllerResults, ansible_mitogen.strategy.StrategyMixin, Linear):
     def run(self, iterator, play_context, result=0):
         # The play's own keyword: the PlayContext holds the default transport until a task sets the host's.
         if iterator._play.connection == "local":

@@ -1,0 +1,90 @@
+"""Task results the strategy's own process can give without forking a worker: a skipped task and an include.
+
+Ansible forks a worker process for every task and host. For a task whose `when:` is false, the worker only evaluates
+that conditional and returns "skipped"; for an `include_tasks` or `include_role`, it only templates the file name and
+returns the arguments, which the strategy then expands. Neither touches the node. On the 1-node lab's no-op
+re-provision a skipped task cost 28 ms, most of it the fork, the worker's start and the round trip of its result.
+`ControllerResults._queue_task` gives those two results from the strategy's process, with the steps and the result
+ansible-core's TaskExecutor (2.18, `_execute`) takes and returns for them, and hands every other task, and any task
+whose result it cannot be sure of, to Ansible's worker unchanged: a loop, a delegated task, a conditional or a
+connection setting that raises (the worker then raises the same error in its place), an include without a file name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible import constants as C
+from ansible.template import Templar
+
+SKIP_REASON = "Conditional result was False"
+INCLUDES = tuple(C._ACTION_INCLUDE_TASKS) + tuple(C._ACTION_INCLUDE_ROLE)
+
+
+def controller_result(loader: Any, host: Any, task: Any, task_vars: dict, play_context: Any) -> dict | None:
+    """The result the worker would return for `task` on this host, when it is a skip or an include; else None.
+
+    Only tasks whose result the strategy cannot get wrong qualify: no loop (each item has its own conditional), no
+    delegation (the delegated host's vars), and either a `when:` or an include action. Any error while preparing or
+    evaluating returns None, so the worker runs the task and reports that error as it always has.
+    """
+    include = task.action in INCLUDES
+    if task.loop or task.loop_with or task.delegate_to or not (task.when or include):
+        return None
+    try:
+        variables = dict(task_vars)
+        # TaskExecutor._get_loop_items: the task's search path, with the playbook's directory, as a variable.
+        search_path = task.get_search_path()
+        if loader.get_basedir() not in search_path:
+            search_path.append(loader.get_basedir())
+        variables["ansible_search_path"] = search_path
+        templar = Templar(loader=loader, variables=variables)
+        int(templar.template(task.throttle))  # the strategy's own check before queueing
+        context = play_context.set_task_and_variable_override(task=task, variables=variables, templar=templar)
+        context.post_validate(templar=templar)
+        if not context.remote_addr:
+            context.remote_addr = host.address
+        context.update_vars(variables)
+        met, false_condition = task.evaluate_conditional_with_result(templar, variables)
+        if not met:
+            return {
+                "changed": False,
+                "skipped": True,
+                "skip_reason": SKIP_REASON,
+                "false_condition": false_condition,
+                "_ansible_no_log": context.no_log,
+            }
+        if not include:
+            return None
+        include_args = task.args.copy()
+        if task.action in C._ACTION_INCLUDE_ROLE:
+            return {"include_args": include_args, "changed": False}
+        include_file = include_args.pop("_raw_params", None)
+        if not include_file:
+            return None  # the worker's "No include file was specified" failure
+        return {"include": templar.template(include_file), "include_args": include_args, "changed": False}
+    except Exception:  # the worker reports it, exactly as without this shortcut
+        return None
+
+
+class ControllerResults:
+    """Strategy mixin (before Ansible's strategy class): skips and includes are answered in the strategy's process.
+
+    The result goes through the same results queue a worker's does, after the same `v2_runner_on_start` callback, so
+    result processing, callbacks and stats are Ansible's own.
+    """
+
+    def _queue_task(self, host, task, task_vars, play_context):
+        result = controller_result(self._loader, host, task, task_vars, play_context)
+        if result is None:
+            return super()._queue_task(host, task, task_vars, play_context)
+        self._queued_task_cache[(host.name, task._uuid)] = {
+            "host": host,
+            "task": task,
+            "task_vars": task_vars,
+            "play_context": play_context,
+        }
+        self._tqm.send_callback("v2_runner_on_start", host, task)
+        self._final_q.send_task_result(host.name, task._uuid, result, task_fields=task.dump_attrs())
+        self._pending_results += 1
+        return None
