@@ -1,10 +1,11 @@
-"""nodeforge_linear answers skipped tasks and includes in its own process (nodeforge/controller_results.py).
+"""nodeforge_linear answers skipped tasks and includes, and runs actions that need no connection, in its own process
+(nodeforge/controller_results.py).
 
 The same playbook runs under Ansible's own `linear` strategy and under `nodeforge_linear`; every task's result, as
-Ansible's json callback prints it, and the stats must be the same. Where a conditional was evaluated is read through
-a filter that records the process it runs in: under nodeforge_linear a skipped task's conditional runs in the
-ansible-playbook process, under linear in a forked worker. Tasks the shortcut must leave to the worker (a loop, a
-conditional that raises, an include without a file) are in the playbook too, with the results linear gives them.
+Ansible's json callback prints it, and the stats must be the same. Where templating happened is read through a filter
+that records the process it runs in: under nodeforge_linear a skipped task's conditional and a set_fact's value are
+templated in the ansible-playbook process, under linear in a forked worker. Tasks the shortcut must leave to the
+worker (a loop, a conditional that raises) are in the playbook too, with the results linear gives them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class FilterModule:
 
 PLAYBOOK = """
 - name: Skips and includes
-  hosts: node
+  hosts: all
   gather_facts: false
   vars:
     flag: false
@@ -87,10 +88,43 @@ PLAYBOOK = """
       ansible.builtin.include_role:
         name: missing_role
       when: flag
+    - name: A fact set on the controller, its value through the pid filter
+      ansible.builtin.set_fact:
+        computed: "{{ (included_file ~ '!') | pidlog(pid_file) }}"
+      register: fact_result
+      changed_when: computed.endswith('!')
+    - name: Check the fact and the registered result
+      ansible.builtin.assert:
+        that:
+          - computed == 'included.yml!'
+          - fact_result is changed
+    - name: An assertion that fails
+      ansible.builtin.assert:
+        that: computed == 'other'
+        fail_msg: "computed is {{ computed }}"
+      ignore_errors: true
+    - name: A failure on purpose, hidden
+      ansible.builtin.fail:
+        msg: secret
+      no_log: true
+      ignore_errors: true
+    - name: A filter that does not exist
+      ansible.builtin.set_fact:
+        broken: "{{ 1 | no_such_filter }}"
+      ignore_errors: true
+    - name: Each host its own name, templated from the same task
+      ansible.builtin.debug:
+        msg: "{{ inventory_hostname }}"
+    - name: Variables from a file
+      ansible.builtin.include_vars:
+        file: more_vars.yml
+    - name: Report one of them
+      ansible.builtin.debug:
+        var: from_file
     - name: The magic variables of the connection in a conditional
       ansible.builtin.debug:
         msg: never
-      when: (ansible_host != 'node' or ansible_connection != 'local') | pidlog(pid_file)
+      when: (ansible_host != inventory_hostname or ansible_connection != 'local') | pidlog(pid_file)
 """
 
 INCLUDED = """
@@ -101,6 +135,8 @@ INCLUDED = """
   ansible.builtin.debug:
     var: from_include
 """
+
+MORE_VARS = "from_file: read on the controller\n"
 
 ROLE_TASKS = """
 - name: In the role's other tasks
@@ -140,24 +176,27 @@ def run(project: Path, strategy: str) -> tuple[dict, list[int], int]:
     return json.loads(out), pids, proc.pid
 
 
-def results(report: dict) -> list[tuple[str, dict]]:
-    """Each task's name and its result on the node, without what differs between any two runs."""
+def results(report: dict, host: str = "node") -> list[tuple[str, dict]]:
+    """Each task's name and its result on a host, in order, without what differs between any two runs. (Under
+    Mitogen's linear strategy the json callback lists a task once per host, under Ansible's once for all hosts.)"""
     volatile = {"start", "end", "duration", "delta"}
     return [
-        (task["task"]["name"], {k: v for k, v in task["hosts"]["node"].items() if k not in volatile})
+        (task["task"]["name"], {k: v for k, v in task["hosts"][host].items() if k not in volatile})
         for play in report["plays"]
         for task in play["tasks"]
+        if host in task["hosts"]
     ]
 
 
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "hosts.yml").write_text(
-        "all:\n  hosts:\n    node:\n      ansible_connection: local\n"
-        f"      ansible_python_interpreter: {sys.executable}\n"
+        "all:\n  vars:\n    ansible_connection: local\n"
+        f"    ansible_python_interpreter: {sys.executable}\n  hosts:\n    node:\n    other:\n"
     )
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     (tmp_path / "included.yml").write_text(INCLUDED)
+    (tmp_path / "more_vars.yml").write_text(MORE_VARS)
     (tmp_path / "filter_plugins").mkdir()
     (tmp_path / "filter_plugins" / "pidlog.py").write_text(PIDLOG_FILTER)
     tasks = tmp_path / "roles" / "probe" / "tasks"
@@ -173,6 +212,7 @@ def test_skips_and_includes_from_the_strategy_process_match_linear(project):
     ours, our_pids, our_pid = run(project, "nodeforge_linear")
 
     assert results(ours) == results(linear)
+    assert results(ours, "other") == results(linear, "other")
     assert ours["stats"] == linear["stats"]
     # The results the shortcut gives, as linear gives them.
     by_name = dict(results(ours))
@@ -188,8 +228,17 @@ def test_skips_and_includes_from_the_strategy_process_match_linear(project):
     assert "missing_variable" in by_name["A conditional that raises"]["msg"]
     assert by_name["The magic variables of the connection in a conditional"]["skipped"] is True
     assert ours["stats"]["node"]["skipped"] == 6
+    assert by_name["Check the fact and the registered result"]["msg"] == "All assertions passed"
+    assert by_name["An assertion that fails"]["failed"] is True
+    assert by_name["An assertion that fails"]["msg"] == "computed is included.yml!"
+    assert by_name["A failure on purpose, hidden"]["censored"].startswith("the output has been hidden")
+    assert "no_such_filter" in by_name["A filter that does not exist"]["msg"]
+    assert by_name["Report one of them"]["from_file"] == "read on the controller"
+    assert by_name["Each host its own name, templated from the same task"]["msg"] == "node"
+    assert dict(results(ours, "other"))["Each host its own name, templated from the same task"]["msg"] == "other"
+    assert ours["stats"]["node"]["ignored"] == 4
 
-    # Where the skipped tasks' conditionals ran (ansible_host is one of the variables the connection's settings add):
-    # forked workers under linear, ansible-playbook itself under ours.
-    assert len(linear_pids) == 2 and linear_pid not in linear_pids
-    assert our_pids == [our_pid, our_pid]
+    # Where the skipped tasks' conditionals and the set_fact's value were templated (ansible_host is one of the
+    # variables the connection's settings add): forked workers under linear, ansible-playbook itself under ours.
+    assert len(linear_pids) == 6 and linear_pid not in linear_pids
+    assert our_pids == [our_pid] * 6

@@ -12,13 +12,21 @@ connection setting that raises (the worker then raises the same error in its pla
 
 from __future__ import annotations
 
+import os
+import traceback
 from typing import Any
 
 from ansible import constants as C
+from ansible.errors import AnsibleConnectionFailure
+from ansible.executor.task_executor import TaskExecutor
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins import loader as plugin_loader
 from ansible.template import Templar
 
 SKIP_REASON = "Conditional result was False"
 INCLUDES = tuple(C._ACTION_INCLUDE_TASKS) + tuple(C._ACTION_INCLUDE_ROLE)
+# Actions the strategy handles itself after the worker returns (they change the inventory): always a worker.
+INVENTORY_ACTIONS = frozenset(C._ACTION_INVENTORY_TASKS)
 
 
 def controller_result(loader: Any, host: Any, task: Any, task_vars: dict, play_context: Any) -> dict | None:
@@ -67,6 +75,51 @@ def controller_result(loader: Any, host: Any, task: Any, task_vars: dict, play_c
         return None
 
 
+def controller_only(task: Any) -> bool:
+    """Whether the task's action plugin declares that it needs no connection to the node (Ansible's own
+    `_requires_connection = False`: set_fact, assert, debug, fail, include_vars, validate_argument_spec, and
+    nodeforge's controller-side plugins), and does not run once for all hosts."""
+    if task.action in INVENTORY_ACTIONS:
+        return False
+    try:
+        action = plugin_loader.action_loader.get(task.action, class_only=True, collection_list=task.collections)
+    except Exception:  # a module without an action plugin of its own, or an unknown one: the worker's business
+        return False
+    return (
+        action is not None
+        and getattr(action, "_requires_connection", True) is False
+        and not getattr(action, "BYPASS_HOST_LOOP", False)
+    )
+
+
+def in_process(task: Any) -> bool:
+    """Whether the strategy runs `task` itself: an action that needs no connection, once, without waiting (no loop,
+    no retries, no async, no delegation), so that it never holds the strategy up longer than a worker's start would.
+    """
+    if task.loop or task.loop_with or task.delegate_to or task.until or task.async_val:
+        return False
+    return controller_only(task)
+
+
+def run_in_process(
+    loader: Any, variable_manager: Any, final_q: Any, host: Any, task: Any, task_vars: dict, play_context: Any
+) -> tuple[dict, dict]:
+    """Ansible's TaskExecutor run on a copy of the task in this process: the result and the task's fields, as a
+    worker sends them (WorkerProcess._run), failures included. The copy takes what TaskExecutor changes (the task's
+    templated fields), as a forked worker's memory does."""
+    own = task.copy(exclude_tasks=True)
+    with open(os.devnull, encoding="utf-8") as stdin:
+        try:
+            result = TaskExecutor(
+                host, own, dict(task_vars), play_context, stdin, loader, plugin_loader, final_q, variable_manager
+            ).run()
+        except AnsibleConnectionFailure:
+            result = {"unreachable": True}
+        except Exception:  # the worker's report of an exception TaskExecutor did not turn into a result
+            result = {"failed": True, "exception": to_text(traceback.format_exc()), "stdout": ""}
+    return result, own.dump_attrs()
+
+
 class ControllerResults:
     """Strategy mixin (before Ansible's strategy class): skips and includes are answered in the strategy's process.
 
@@ -76,6 +129,11 @@ class ControllerResults:
 
     def _queue_task(self, host, task, task_vars, play_context):
         result = controller_result(self._loader, host, task, task_vars, play_context)
+        fields = None
+        if result is None and in_process(task):
+            result, fields = run_in_process(
+                self._loader, self._variable_manager, self._final_q, host, task, task_vars, play_context
+            )
         if result is None:
             return super()._queue_task(host, task, task_vars, play_context)
         self._queued_task_cache[(host.name, task._uuid)] = {
@@ -85,6 +143,6 @@ class ControllerResults:
             "play_context": play_context,
         }
         self._tqm.send_callback("v2_runner_on_start", host, task)
-        self._final_q.send_task_result(host.name, task._uuid, result, task_fields=task.dump_attrs())
+        self._final_q.send_task_result(host.name, task._uuid, result, task_fields=fields or task.dump_attrs())
         self._pending_results += 1
         return None
