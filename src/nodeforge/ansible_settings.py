@@ -90,7 +90,9 @@ def settings(state: Path) -> list[Setting]:
             STRATEGY,
             "linear's order (one task at a time on every host, which the output, the failure report and the reboot "
             "batches rely on) over Mitogen's connections: one Python interpreter per node for the whole run instead "
-            "of one per task; Mitogen's CPU pinning left off; measured in docs/ansible-settings.md",
+            "of one per task; Mitogen's CPU pinning left off; skipped tasks, includes and actions that need no "
+            "connection answered in the strategy's own process, without a forked worker; measured in "
+            "docs/ansible-settings.md",
         ),
     ]
 

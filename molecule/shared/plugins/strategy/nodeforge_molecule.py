@@ -9,8 +9,9 @@ reports finished. So a play whose connection is `local` runs under Ansible's lin
 wrappers installed; every other play (prepare, check, converge, idempotence and the verifiers' playbook runs)
 runs under Mitogen's, over its `podman` connection (molecule/shared/base.yml). As in nodeforge's own strategy
 (nodeforge_linear), Mitogen's CPU pinning is left off: it put every `podman exec`, and all it ran in the container,
-on one of the two CPUs here (a DKMS build ran `make -j1`), the same one for both test workers. Only the test harness
-uses this.
+on one of the two CPUs here (a DKMS build ran `make -j1`), the same one for both test workers; and skipped tasks,
+includes and actions that need no connection are answered in the strategy's own process
+(nodeforge/controller_results.py). Only the test harness uses this.
 """
 
 from __future__ import annotations
