@@ -1,13 +1,16 @@
-"""Task results the strategy's own process can give without forking a worker: a skipped task and an include.
+"""Task results the strategy's own process gives without forking a worker: skips, includes, controller-only actions.
 
 Ansible forks a worker process for every task and host. For a task whose `when:` is false, the worker only evaluates
 that conditional and returns "skipped"; for an `include_tasks` or `include_role`, it only templates the file name and
-returns the arguments, which the strategy then expands. Neither touches the node. On the 1-node lab's no-op
-re-provision a skipped task cost 28 ms, most of it the fork, the worker's start and the round trip of its result.
-`ControllerResults._queue_task` gives those two results from the strategy's process, with the steps and the result
-ansible-core's TaskExecutor (2.18, `_execute`) takes and returns for them, and hands every other task, and any task
-whose result it cannot be sure of, to Ansible's worker unchanged: a loop, a delegated task, a conditional or a
-connection setting that raises (the worker then raises the same error in its place), an include without a file name.
+returns the arguments, which the strategy then expands; an action that needs no connection (set_fact, assert,
+debug, ...) only templates and runs on the controller. None of them touches the node. On the 1-node lab's no-op
+re-provision a skipped task cost 28 ms and a set_fact 31 ms, most of it the fork, the worker's start and the round
+trip of its result. `ControllerResults._queue_task` gives the skip and the include results from the strategy's
+process, with the steps and the result ansible-core's TaskExecutor (2.18, `_execute`) takes and returns for them,
+and runs a controller-only action through TaskExecutor itself, in this process, on a copy of the task. Every other
+task, and any task whose result it cannot be sure of, goes to Ansible's worker unchanged: a loop, a delegated task,
+a conditional or a connection setting that raises (the worker then raises the same error in its place), an include
+without a file name. docs/ansible-settings.md has the measurements.
 """
 
 from __future__ import annotations
@@ -121,20 +124,16 @@ def run_in_process(
 
 
 class ControllerResults:
-    """Strategy mixin (before Ansible's strategy class): skips and includes are answered in the strategy's process.
+    """Strategy mixin (before Ansible's strategy class): skips and includes are answered, and actions that need no
+    connection run, in the strategy's process.
 
     The result goes through the same results queue a worker's does, after the same `v2_runner_on_start` callback, so
     result processing, callbacks and stats are Ansible's own.
     """
 
     def _queue_task(self, host, task, task_vars, play_context):
-        result = controller_result(self._loader, host, task, task_vars, play_context)
-        fields = None
-        if result is None and in_process(task):
-            result, fields = run_in_process(
-                self._loader, self._variable_manager, self._final_q, host, task, task_vars, play_context
-            )
-        if result is None:
+        result, fields = controller_result(self._loader, host, task, task_vars, play_context), None
+        if result is None and not in_process(task):
             return super()._queue_task(host, task, task_vars, play_context)
         self._queued_task_cache[(host.name, task._uuid)] = {
             "host": host,
@@ -143,6 +142,10 @@ class ControllerResults:
             "play_context": play_context,
         }
         self._tqm.send_callback("v2_runner_on_start", host, task)
+        if result is None:
+            result, fields = run_in_process(
+                self._loader, self._variable_manager, self._final_q, host, task, task_vars, play_context
+            )
         self._final_q.send_task_result(host.name, task._uuid, result, task_fields=fields or task.dump_attrs())
         self._pending_results += 1
         return None
