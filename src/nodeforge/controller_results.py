@@ -15,6 +15,7 @@ without a file name. docs/ansible-settings.md has the measurements.
 
 from __future__ import annotations
 
+import functools
 import os
 import traceback
 from typing import Any
@@ -32,6 +33,12 @@ INCLUDES = tuple(C._ACTION_INCLUDE_TASKS) + tuple(C._ACTION_INCLUDE_ROLE)
 INVENTORY_ACTIONS = frozenset(C._ACTION_INVENTORY_TASKS)
 
 
+def worker_bound(task: Any) -> bool:
+    """A loop (each item has its own conditional and variables) or delegation (the delegated host's variables): only
+    a worker runs such a task."""
+    return bool(task.loop or task.loop_with or task.delegate_to)
+
+
 def controller_result(loader: Any, host: Any, task: Any, task_vars: dict, play_context: Any) -> dict | None:
     """The result the worker would return for `task` on this host, when it is a skip or an include; else None.
 
@@ -40,7 +47,7 @@ def controller_result(loader: Any, host: Any, task: Any, task_vars: dict, play_c
     evaluating returns None, so the worker runs the task and reports that error as it always has.
     """
     include = task.action in INCLUDES
-    if task.loop or task.loop_with or task.delegate_to or not (task.when or include):
+    if worker_bound(task) or not (task.when or include):
         return None
     try:
         variables = dict(task_vars)
@@ -82,10 +89,20 @@ def controller_only(task: Any) -> bool:
     """Whether the task's action plugin declares that it needs no connection to the node (Ansible's own
     `_requires_connection = False`: set_fact, assert, debug, fail, include_vars, validate_argument_spec, and
     nodeforge's controller-side plugins), and does not run once for all hosts."""
-    if task.action in INVENTORY_ACTIONS:
+    collections = None if task.collections is None else tuple(task.collections)
+    return _needs_no_connection(task.action, collections)
+
+
+@functools.cache
+def _needs_no_connection(action_name: str, collections: tuple[str, ...] | None) -> bool:
+    """controller_only's answer for an action name as the task's collections resolve it: the same on every host and
+    every task of a run, so looked up once."""
+    if action_name in INVENTORY_ACTIONS:
         return False
     try:
-        action = plugin_loader.action_loader.get(task.action, class_only=True, collection_list=task.collections)
+        action = plugin_loader.action_loader.get(
+            action_name, class_only=True, collection_list=None if collections is None else list(collections)
+        )
     except Exception:  # a module without an action plugin of its own, or an unknown one: the worker's business
         return False
     return (
@@ -99,7 +116,7 @@ def in_process(task: Any) -> bool:
     """Whether the strategy runs `task` itself: an action that needs no connection, once, without waiting (no loop,
     no retries, no async, no delegation), so that it never holds the strategy up longer than a worker's start would.
     """
-    if task.loop or task.loop_with or task.delegate_to or task.until or task.async_val:
+    if worker_bound(task) or task.until or task.async_val:
         return False
     return controller_only(task)
 
