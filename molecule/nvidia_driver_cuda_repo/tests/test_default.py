@@ -147,6 +147,31 @@ def test_persistenced_is_enabled(node):
     assert node.service("nvidia-persistenced").is_enabled
 
 
+def test_the_role_keeps_persistenced_enabled(node):
+    # The package's postinst enabled the unit at install, so converge found it so and left the module out; what the
+    # role owns is keeping it so. A unit disabled since then is drift: check mode reports it, a real run repairs it.
+    node.run_expect([0], "systemctl disable nvidia-persistenced.service")
+    try:
+        assert not node.service("nvidia-persistenced").is_enabled
+        plan = verify_lib.run_playbook(CONVERGE, check=True)
+        assert plan.rc == 0, plan.failed
+        assert plan.host_result("Enable nvidia-persistenced")["changed"] is True
+        assert not node.service("nvidia-persistenced").is_enabled  # check mode only reported it
+
+        run = verify_lib.run_playbook(CONVERGE)
+        assert run.rc == 0, run.failed
+        assert run.changed == ["nvidia_driver : Enable nvidia-persistenced"], run.changed
+        assert node.service("nvidia-persistenced").is_enabled
+
+        # Enabled again, the next run leaves the module out.
+        again = verify_lib.run_playbook(CONVERGE)
+        assert again.rc == 0, again.failed
+        assert again.changed == [], again.changed
+        assert again.host_result("Enable nvidia-persistenced").get("skipped") is True
+    finally:
+        node.run("systemctl enable nvidia-persistenced.service")
+
+
 def test_reboot_requirement_is_recorded_for_this_boot(node):
     verify_lib.assert_reboot_recorded_for_this_boot(node)
 
