@@ -91,7 +91,8 @@ def settings(state: Path) -> list[Setting]:
             "linear's order (one task at a time on every host, which the output, the failure report and the reboot "
             "batches rely on) over Mitogen's connections: one Python interpreter per node for the whole run instead "
             "of one per task; Mitogen's CPU pinning left off; skipped tasks, includes and actions that need no "
-            "connection answered in the strategy's own process, without a forked worker; measured in "
+            "connection answered in the strategy's own process, without a forked worker; each node's interpreter "
+            "started with ansible-core's run_command free of its one-second stall; measured in "
             "docs/ansible-settings.md",
         ),
     ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
+from nodeforge import mitogen_node
 from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
 from nodeforge.controller_results import ControllerResults
 
@@ -30,6 +31,7 @@ author: nodeforge
 
 unpin_mitogen()
 preload_plugins()
+mitogen_node.install()
 
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
+from nodeforge import mitogen_node
 from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
 from nodeforge.controller_results import ControllerResults
 
@@ -32,6 +33,7 @@ author: nodeforge
 
 unpin_mitogen()
 preload_plugins()
+mitogen_node.install()
 
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
