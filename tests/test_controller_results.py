@@ -10,15 +10,12 @@ worker (a loop, a conditional that raises) are in the playbook too, with the res
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from nodeforge import ansible_settings
+from tests import local_playbook
 
 PIDLOG_FILTER = """
 import os
@@ -148,32 +145,12 @@ ROLE_TASKS = """
 def run(project: Path, strategy: str) -> tuple[dict, list[int], int]:
     pid_file = project / f"{strategy}.pids"
     env = {
-        **os.environ,
-        **ansible_settings.environment(project / "state", caller={}),
-        "ANSIBLE_STRATEGY": strategy,
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
         "ANSIBLE_FILTER_PLUGINS": str(project / "filter_plugins"),
         "ANSIBLE_ROLES_PATH": str(project / "roles"),
     }
-    proc = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            "hosts.yml",
-            "-e",
-            f"pid_file={pid_file}",
-            "play.yml",
-        ],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    report, pid = local_playbook.run(project, strategy, env, ("-e", f"pid_file={pid_file}"))
     pids = [int(line) for line in pid_file.read_text().split()]
-    return json.loads(out), pids, proc.pid
+    return report, pids, pid
 
 
 def results(report: dict, host: str = "node") -> list[tuple[str, dict]]:

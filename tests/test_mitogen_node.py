@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from ansible.module_utils import basic
 
-from nodeforge import ansible_settings, mitogen_node
+from nodeforge import mitogen_node
+from tests import local_playbook
 
 
 class RacingPopen(subprocess.Popen):
@@ -128,25 +129,8 @@ PLAYBOOK = """
 
 
 def run_playbook(project: Path, strategy: str) -> tuple[dict, int]:
-    env = {
-        **os.environ,
-        **ansible_settings.environment(project / "state", caller={}),
-        "ANSIBLE_STRATEGY": strategy,
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
-        "ANSIBLE_LIBRARY": str(project / "library"),
-    }
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "hosts.yml", "play.yml"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    tasks = {task["task"]["name"]: task["hosts"]["node"] for task in json.loads(out)["plays"][0]["tasks"]}
-    return tasks, proc.pid
+    report, pid = local_playbook.run(project, strategy, {"ANSIBLE_LIBRARY": str(project / "library")})
+    return {task["task"]["name"]: task["hosts"]["node"] for task in report["plays"][0]["tasks"]}, pid
 
 
 def test_the_nodes_interpreter_has_them_under_nodeforge_linear_only(tmp_path):
