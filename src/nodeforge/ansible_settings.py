@@ -98,6 +98,17 @@ def settings(state: Path) -> list[Setting]:
     ]
 
 
+def prepare_strategy_process() -> None:
+    """What nodeforge's strategies (nodeforge_linear and the molecule harness's nodeforge_molecule) do in their process
+    when Ansible loads them, before Mitogen's multiplexer forks from it: Mitogen's CPU pinning off, the collection's
+    plugins loaded once, and each node's interpreter started without run_command's one-second stall."""
+    from nodeforge import mitogen_node
+
+    unpin_mitogen()
+    preload_plugins()
+    mitogen_node.install()
+
+
 def unpin_mitogen() -> None:
     """Switch off Mitogen's CPU pinning in this process, before its strategy starts: its policy object, looked up at
     each use, becomes the base policy, whose every step does nothing (nodeforge's strategies call this)."""

@@ -19,8 +19,7 @@ from __future__ import annotations
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
-from nodeforge import mitogen_node
-from nodeforge.ansible_settings import preload_plugins, unpin_mitogen
+from nodeforge.ansible_settings import prepare_strategy_process
 from nodeforge.controller_results import ControllerResults
 
 DOCUMENTATION = """
@@ -31,9 +30,7 @@ description:
 author: nodeforge
 """
 
-unpin_mitogen()
-preload_plugins()
-mitogen_node.install()
+prepare_strategy_process()
 
 Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
