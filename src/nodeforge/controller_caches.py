@@ -1,0 +1,256 @@
+"""Two pieces of work ansible-core 2.18 repeats for every task and host in the strategy's process, done once.
+
+On the 1-node lab's no-op re-provision, the ansible-playbook process spent about half of its CPU time on them
+(docs/ansible-settings.md, "The strategy process's repeated work"):
+
+- **The host's facts, wrapped and cleaned again for every task.** `VariableManager.get_vars` takes the host's facts
+  from the fact cache and, for each of the run's ~520 calls, wraps every value as unsafe (`wrap_var`), copies them
+  under `ansible_facts` (`namespace_facts`), copies them once more while deleting the keys facts may not set
+  (`clean_facts`, which matches every fact name against a pattern per connection plugin), and wraps that copy again:
+  1-2.5 ms a call, 0.9 s of the run. `install_fact_memo` keeps each of those results, keyed by the facts' content
+  (their pickle, hashed), and hands `get_vars` a fresh copy of it, so no two calls share a mutable object, as before.
+  Facts that changed (a setup or set_fact result, a cleared cache) pickle differently and are computed anew.
+- **Every template compiled again.** Ansible's Templar compiles each string it templates (`Environment.from_string`:
+  Jinja's lexer, parser, code generator and Python's `compile`), 2 ms each, ~520 times a run; the same conditional is
+  compiled again for each host and each time a task file is included. `install_template_cache` keeps the compiled
+  code of each template for the environment's settings that shape the code, and the plugin directories that decide
+  which filter and test each name is. A template whose compilation called a filter or test (Jinja folds a filter with
+  constant arguments into the code: `{{ 6 | random }}`, a password hash with a constant salt) is compiled every time,
+  as before, so such a call still happens once per templating.
+
+The results are the same objects ansible-core would compute; only the repetition goes. Both are installed in the
+strategy's process (ansible_settings.prepare_strategy_process), whose forked workers inherit them. Both keep at most
+MEMO_BYTES / TEMPLATES_MAX entries' worth, least recently used first out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+# The facts memo's bound: the pickled size of the facts it keeps results for (each result is a few times that in
+# memory); about 600 hosts of the lab's 10 KB facts, or 64 hosts with 100 KB of full facts.
+MEMO_BYTES = 64 * 1024 * 1024
+# Compiled templates kept: a run of the node stack compiles ~360 distinct ones.
+TEMPLATES_MAX = 8192
+
+
+class _Uncopyable(Exception):
+    """A result holds a mutable object fresh() cannot copy: it is not kept."""
+
+
+# Values wrap_var and clean_facts leave as they are and that no one can change in place: shared by the copies.
+IMMUTABLE = (str, bytes, int, float, complex, frozenset, type(None))
+
+
+def fresh(value: Any) -> Any:
+    """A copy of `value` that shares no mutable object with it: dicts, lists, tuples and sets (of exactly those types,
+    as wrap_var and clean_facts build them) are rebuilt, strings, numbers and None are shared. Anything else raises
+    _Uncopyable, and the result holding it is not kept."""
+    kind = type(value)
+    if kind is dict:
+        return {key: fresh(item) for key, item in value.items()}
+    if kind is list:
+        return [fresh(item) for item in value]
+    if kind is tuple:
+        return tuple(fresh(item) for item in value)
+    if kind is set:
+        return {fresh(item) for item in value}
+    if isinstance(value, IMMUTABLE):
+        return value
+    raise _Uncopyable(kind.__name__)
+
+
+def content_key(value: Any) -> bytes | None:
+    """A digest of `value`'s content and types (its pickle: True, 1 and 1.0, a tuple and a list all differ), or None
+    when it cannot be pickled."""
+    try:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+    return hashlib.blake2b(data, digest_size=20).digest() + len(data).to_bytes(8, "little")
+
+
+class FactMemo:
+    """Results of the fact functions get_vars calls, keyed by the content of their input."""
+
+    def __init__(self, budget: int = MEMO_BYTES) -> None:
+        self.budget = budget
+        self.used = 0
+        self.entries: OrderedDict[tuple[str, bytes], tuple[Any, int]] = OrderedDict()
+        # The copies handed out, with the key of what they are a copy of: the next function get_vars applies to one
+        # of them finds its key here instead of pickling it (at most the last few, held so their ids stay theirs).
+        self.handed: OrderedDict[int, tuple[Any, bytes, int]] = OrderedDict()
+
+    def call(self, name: str, function: Callable[[Any], Any], value: Any) -> Any:
+        origin = self.handed.get(id(value))
+        if origin is not None and origin[0] is value:
+            key, size = origin[1], origin[2]
+        else:
+            key = content_key(value) if type(value) is dict else None
+            if key is None:
+                return function(value)
+            size = int.from_bytes(key[-8:], "little")
+        cached = self.entries.get((name, key))
+        if cached is None:
+            result = function(value)
+            try:
+                copy = fresh(result)
+            except _Uncopyable:
+                return result
+            self._keep((name, key), result, size)
+        else:
+            self.entries.move_to_end((name, key))
+            copy = fresh(cached[0])
+        self._hand((name, key), copy, size)
+        return copy
+
+    def _keep(self, key: tuple[str, bytes], result: Any, size: int) -> None:
+        self.entries[key] = (result, size)
+        self.used += size
+        while self.used > self.budget and len(self.entries) > 1:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.used -= dropped
+
+    def _hand(self, key: tuple[str, bytes], copy: Any, size: int) -> None:
+        # What was computed from this copy is keyed by what the copy came from, and by the function that made it.
+        self.handed[id(copy)] = (copy, hashlib.blake2b(repr(key).encode(), digest_size=20).digest(), size)
+        while len(self.handed) > 4:
+            self.handed.popitem(last=False)
+
+
+def install_fact_memo(memo: FactMemo | None = None) -> FactMemo | None:
+    """Point ansible-core's VariableManager (2.18) at memoised wrap_var, namespace_facts and clean_facts; None when
+    this ansible-core's get_vars does not use them (then nothing changes)."""
+    from ansible.vars import manager
+
+    names = ("wrap_var", "namespace_facts", "clean_facts")
+    if not all(callable(getattr(manager, name, None)) for name in names):
+        return None
+    memo = memo or FactMemo()
+    for name in names:
+        original = getattr(manager, name)
+        original = getattr(original, "nodeforge_original", original)
+
+        def memoised(value, name=name, original=original):
+            return memo.call(name, original, value)
+
+        memoised.nodeforge_original = original
+        setattr(manager, name, memoised)
+    return memo
+
+
+# --- compiled templates ---
+
+_folding = threading.local()
+
+
+def _note_folding(original: Callable) -> Callable:
+    """Jinja's constant folding of a filter or test (nodes._FilterTestCommon.as_const): note when it called the
+    function (it returned, or raised from inside the call), so that the template it was folded into is not kept."""
+    from jinja2 import nodes
+
+    def as_const(self, eval_ctx=None):
+        try:
+            value = original(self, eval_ctx)
+        except nodes.Impossible as error:
+            if error.__cause__ is not None:
+                _folding.called = True
+            raise
+        _folding.called = True
+        return value
+
+    as_const.nodeforge_original = original
+    return as_const
+
+
+def environment_key(env: Any) -> tuple:
+    """What of a Templar's environment shapes the code Jinja generates for a template: the environment's class, its
+    lexer's syntax, the code generator's switches, its finalize function and extensions, and which filter and test
+    plugin directories a name can resolve to (a role's own filter_plugins add one)."""
+    from ansible.plugins.loader import filter_loader, test_loader
+    from jinja2.utils import _PassArg
+
+    finalize = env.finalize
+    return (
+        type(env),
+        env.block_start_string,
+        env.block_end_string,
+        env.variable_start_string,
+        env.variable_end_string,
+        env.comment_start_string,
+        env.comment_end_string,
+        env.line_statement_prefix,
+        env.line_comment_prefix,
+        env.trim_blocks,
+        env.lstrip_blocks,
+        env.newline_sequence,
+        env.keep_trailing_newline,
+        env.optimized,
+        env.is_async,
+        env.autoescape,
+        None if finalize is None else (getattr(finalize, "__wrapped__", finalize), _PassArg.from_obj(finalize)),
+        tuple(sorted(env.extensions)),
+        env.code_generator_class,
+        env.context_class,
+        tuple(filter_loader._extra_dirs),
+        tuple(test_loader._extra_dirs),
+    )
+
+
+class TemplateCache:
+    """Compiled code of templates, by environment_key and the compile call's arguments."""
+
+    def __init__(self, limit: int = TEMPLATES_MAX) -> None:
+        self.limit = limit
+        self.entries: OrderedDict[tuple, Any] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def compile(self, original: Callable, env: Any, source: Any, name=None, filename=None, raw=False, defer_init=False):
+        if raw or not isinstance(source, str):
+            return original(env, source, name, filename, raw, defer_init)
+        try:
+            key = (environment_key(env), str(source), name, filename, defer_init)
+            hash(key)
+        except Exception:
+            return original(env, source, name, filename, raw, defer_init)
+        code = self.entries.get(key)
+        if code is not None:
+            self.entries.move_to_end(key)
+            self.hits += 1
+            return code
+        self.misses += 1
+        _folding.called = False
+        try:
+            code = original(env, source, name, filename, raw, defer_init)
+        finally:
+            folded, _folding.called = _folding.called, False
+        if not folded:
+            self.entries[key] = code
+            if len(self.entries) > self.limit:
+                self.entries.popitem(last=False)
+        return code
+
+
+def install_template_cache(cache: TemplateCache | None = None) -> TemplateCache:
+    """Give Ansible's Jinja environments (AnsibleEnvironment and its native subclass) the cache's compile."""
+    from ansible.template import AnsibleEnvironment
+    from jinja2 import nodes
+    from jinja2.environment import Environment
+
+    common = nodes._FilterTestCommon
+    if not hasattr(common.as_const, "nodeforge_original"):
+        common.as_const = _note_folding(common.as_const)
+    cache = cache or TemplateCache()
+
+    def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
+        return cache.compile(Environment.compile, self, source, name, filename, raw, defer_init)
+
+    compile.nodeforge_cache = cache
+    AnsibleEnvironment.compile = compile
+    return cache

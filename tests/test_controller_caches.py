@@ -1,0 +1,188 @@
+"""The facts memo and the compiled-template cache of nodeforge's strategy process (nodeforge/controller_caches.py).
+
+Each test runs ansible-core's own VariableManager or Templar twice, once as ansible-core ships it and once with the
+cache installed, and compares what a task would see: the same variables with the same types, nothing shared between
+two calls, changed facts seen at once, a template's output for the variables of each call, and a filter that Jinja
+folds into the code still called each time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.plugins.loader import filter_loader, init_plugin_loader
+from ansible.template import AnsibleEnvironment, Templar
+from ansible.vars import manager as vars_manager
+from ansible.vars.manager import VariableManager
+from jinja2 import nodes
+
+from nodeforge import controller_caches
+
+init_plugin_loader()
+
+FACTS = {
+    "ansible_distribution": "Debian",
+    "ansible_kernel": "6.1.0-28-amd64",
+    "ansible_processor_count": 2,
+    "ansible_mounts": [{"mount": "/", "size_total": 10, "options": "rw"}],
+    "ansible_local": {"nodeforge": {"driver": "560.35.03", "held": True}},
+    "ansible_connection": "ssh",  # a fact may not set a connection variable: clean_facts removes it
+    "ansible_python_interpreter": "/usr/bin/python3",  # nor an interpreter
+    "nodeforge_shape": ("a", ["b"]),
+}
+
+
+@pytest.fixture
+def variables(tmp_path):
+    (tmp_path / "hosts.yml").write_text("all:\n  hosts:\n    node1:\n      rack: r1\n", encoding="utf-8")
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(tmp_path / "hosts.yml")])
+    manager = VariableManager(loader=loader, inventory=inventory)
+    manager.set_host_facts("node1", dict(FACTS))
+    return manager, inventory.get_host("node1")
+
+
+@pytest.fixture
+def memo(monkeypatch):
+    for name in ("wrap_var", "namespace_facts", "clean_facts"):
+        monkeypatch.setattr(vars_manager, name, getattr(vars_manager, name))  # restored after the test
+    return controller_caches.install_fact_memo(controller_caches.FactMemo())
+
+
+def typed(value):
+    """The value with every container's and scalar's exact type beside it: equal only when both are the same."""
+    if isinstance(value, dict):
+        return (type(value), {k: typed(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple, set)):
+        return (type(value), [typed(v) for v in (sorted(value) if isinstance(value, set) else value)])
+    return (type(value), value)
+
+
+def fact_vars(all_vars: dict) -> dict:
+    """The variables that come from facts: the ansible_facts namespace and the injected ansible_* names."""
+    return {k: v for k, v in all_vars.items() if k == "ansible_facts" or k in FACTS or k.startswith("nodeforge_")}
+
+
+def test_get_vars_is_the_same_with_the_memo_call_after_call(variables, memo):
+    manager, host = variables
+    with pytest.MonkeyPatch.context() as plain:
+        for name in ("wrap_var", "namespace_facts", "clean_facts"):
+            plain.setattr(vars_manager, name, getattr(vars_manager, name).nodeforge_original)
+        expected = manager.get_vars(host=host)
+    first = manager.get_vars(host=host)
+    second = manager.get_vars(host=host)
+    assert typed(fact_vars(first)) == typed(fact_vars(expected))
+    assert typed(fact_vars(second)) == typed(fact_vars(expected))
+    # what ansible-core removes from the top level is removed, the namespace keeps it
+    assert "ansible_connection" not in first and "ansible_python_interpreter" not in first
+    assert first["ansible_facts"]["connection"] == "ssh"
+    assert type(first["ansible_kernel"]).__name__ == "AnsibleUnsafeText"
+    assert memo.entries, "the second call was not served from the memo"
+
+
+def test_no_two_calls_share_a_mutable_value(variables, memo):
+    manager, host = variables
+    for _ in range(3):
+        seen = manager.get_vars(host=host)
+        assert seen["ansible_mounts"][0]["mount"] == "/"
+        assert seen["ansible_facts"]["ansible_local"]["nodeforge"]["held"] is True
+        assert seen["ansible_local"]["nodeforge"]["driver"] == "560.35.03"
+        assert seen["nodeforge_shape"][1] == ["b"]
+        seen["ansible_mounts"][0]["mount"] = "/changed"
+        seen["ansible_facts"]["ansible_local"]["nodeforge"]["held"] = False
+        seen["ansible_local"]["nodeforge"]["driver"] = "0"
+        seen["nodeforge_shape"][1].append("c")
+
+
+def test_changed_facts_are_seen_at_once_with_their_types(variables, memo):
+    manager, host = variables
+    assert manager.get_vars(host=host)["ansible_processor_count"] == 2
+    manager.set_host_facts("node1", {"ansible_processor_count": True, "ansible_kernel": "6.12.9-amd64"})
+    changed = manager.get_vars(host=host)
+    assert changed["ansible_processor_count"] is True
+    assert changed["ansible_kernel"] == "6.12.9-amd64"
+    manager.set_host_facts("node1", {"ansible_processor_count": 1})
+    assert type(manager.get_vars(host=host)["ansible_processor_count"]) is int
+    assert type(manager.get_vars(host=host)["nodeforge_shape"]) is tuple
+    manager.set_host_facts("node1", {"nodeforge_shape": ["a", ["b"]]})
+    assert type(manager.get_vars(host=host)["nodeforge_shape"]) is list
+    manager.clear_facts("node1")
+    assert "ansible_kernel" not in manager.get_vars(host=host)
+
+
+def test_facts_it_cannot_copy_are_computed_every_time(variables, memo):
+    manager, host = variables
+
+    class Mutable:
+        pass
+
+    manager.set_host_facts("node1", {"nodeforge_object": Mutable()})
+    entries = len(memo.entries)
+    manager.get_vars(host=host)
+    manager.get_vars(host=host)
+    assert len(memo.entries) == entries
+
+
+def test_the_memo_stays_within_its_budget():
+    memo = controller_caches.FactMemo(budget=2000)
+    for n in range(50):
+        memo.call("wrap_var", dict, {"host": n, "pad": "x" * 100})
+    assert memo.used <= 2000
+    assert 0 < len(memo.entries) < 50
+
+
+@pytest.fixture
+def template_cache(monkeypatch):
+    monkeypatch.setattr(AnsibleEnvironment, "compile", AnsibleEnvironment.compile)
+    monkeypatch.setattr(nodes._FilterTestCommon, "as_const", nodes._FilterTestCommon.as_const)
+    return controller_caches.install_template_cache(controller_caches.TemplateCache())
+
+
+def test_a_template_is_compiled_once_and_rendered_for_each_calls_variables(template_cache):
+    source = "{{ (x | int) + 1 }}-{{ name | upper }}"
+    out = [Templar(DataLoader(), variables={"x": x, "name": n}).template(source) for x, n in ((1, "a"), (2, "b"))]
+    assert out == ["2-A", "3-B"]
+    assert (template_cache.misses, template_cache.hits) == (1, 1)
+    conditional = Templar(DataLoader(), variables={"flag": False})
+    assert conditional.template("{% if flag %}True{% else %}False{% endif %}") is False
+
+
+def test_other_syntax_settings_are_other_entries(template_cache):
+    templar = Templar(DataLoader(), variables={"x": "v"})
+    source = "{{ x }}<% x %>"
+    assert templar.template(source) == "v<% x %>"
+    overrides = {"variable_start_string": "<%", "variable_end_string": "%>"}
+    assert templar.template(source, overrides=overrides) == "{{ x }}v"
+    assert templar.template(source) == "v<% x %>"
+
+
+def test_a_filter_folded_into_the_code_is_still_called_each_time(template_cache, tmp_path, monkeypatch):
+    (tmp_path / "counted.py").write_text(
+        "calls = []\n"
+        "def counted(value):\n"
+        "    calls.append(value)\n"
+        "    return f'{value}-{len(calls)}'\n"
+        "class FilterModule:\n"
+        "    def filters(self):\n"
+        "        return {'nodeforge_counted': counted}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(filter_loader, "_extra_dirs", list(filter_loader._extra_dirs))
+    filter_loader.add_directory(str(tmp_path))
+    templar = Templar(DataLoader())
+    # a constant argument: Jinja calls the filter while compiling and puts its result in the code
+    first, second = (templar.template("{{ 'run' | nodeforge_counted }}") for _ in range(2))
+    assert first != second
+    assert template_cache.hits == 0
+    assert not any("nodeforge_counted" in key[1] for key in template_cache.entries)
+
+
+def test_a_role_filter_directory_makes_a_new_entry(template_cache, tmp_path, monkeypatch):
+    templar = Templar(DataLoader(), variables={"x": "v"})
+    before = controller_caches.environment_key(templar.environment)
+    monkeypatch.setattr(filter_loader, "_extra_dirs", list(filter_loader._extra_dirs))
+    filter_loader.add_directory(str(Path(tmp_path)))
+    assert controller_caches.environment_key(templar.environment) != before
