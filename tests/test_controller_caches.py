@@ -186,3 +186,37 @@ def test_a_role_filter_directory_makes_a_new_entry(template_cache, tmp_path, mon
     monkeypatch.setattr(filter_loader, "_extra_dirs", list(filter_loader._extra_dirs))
     filter_loader.add_directory(str(Path(tmp_path)))
     assert controller_caches.environment_key(templar.environment) != before
+
+
+def test_mitogen_lists_the_same_module_utils_compiling_each_file_once(monkeypatch, tmp_path):
+    import ansible_mitogen.module_finder as finder
+    from ansible.executor import module_common
+    from ansible.plugins.loader import module_loader, module_utils_loader
+
+    search_path = (*module_utils_loader._get_paths(subdirs=False), module_common._MODULE_UTILS_PATH)
+    modules = {name: module_loader.find_plugin_with_context(name).plugin_resolved_path for name in ("stat", "copy")}
+    modules["changed"] = str(tmp_path / "changed.py")
+    (tmp_path / "changed.py").write_text("from ansible.module_utils.basic import AnsibleModule\n", encoding="utf-8")
+
+    def scans() -> list:
+        found = [finder.scan(f"ansible_module_{name}", path, search_path) for name, path in modules.items()]
+        # the same file with other content: read and compiled again, its new imports listed
+        (tmp_path / "changed.py").write_text("import ansible.module_utils.urls\n", encoding="utf-8")
+        found.append(finder.scan("ansible_module_changed", modules["changed"], search_path))
+        (tmp_path / "changed.py").write_text("from ansible.module_utils.basic import AnsibleModule\n", encoding="utf-8")
+        return found
+
+    compiled = []
+
+    def counting_compile(source, filename, mode, *args, **kwargs):
+        compiled.append(filename)
+        return compile(source, filename, mode, *args, **kwargs)
+
+    monkeypatch.setattr(finder, "compile", counting_compile, raising=False)
+    expected, plain = scans(), len(compiled)
+    monkeypatch.setattr(finder, "compile", controller_caches.CodeCache(compile_=counting_compile))
+    assert controller_caches.install_module_scan_cache() is finder.compile
+    compiled.clear()
+    assert scans() == expected
+    assert any(name == "ansible.module_utils.urls" for name, _, _ in expected[-1])
+    assert len(compiled) == len(set(compiled)) + 1 < plain  # changed.py twice (two contents), every other file once

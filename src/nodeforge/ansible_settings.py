@@ -101,8 +101,8 @@ def settings(state: Path) -> list[Setting]:
 def prepare_strategy_process() -> None:
     """What nodeforge's strategies (nodeforge_linear and the molecule harness's nodeforge_molecule) do in their process
     when Ansible loads them, before Mitogen's multiplexer forks from it: Mitogen's CPU pinning off, the collection's
-    plugins loaded once, each node's interpreter started without run_command's one-second stall, and the facts and
-    compiled templates each task's variables and templating would compute again kept (nodeforge/controller_caches.py).
+    plugins loaded once, each node's interpreter started without run_command's one-second stall, and the facts,
+    compiled templates and compiled module files each task would compute again kept (nodeforge/controller_caches.py).
     """
     from nodeforge import controller_caches, mitogen_node
 
@@ -111,6 +111,7 @@ def prepare_strategy_process() -> None:
     mitogen_node.install()
     controller_caches.install_fact_memo()
     controller_caches.install_template_cache()
+    controller_caches.install_module_scan_cache()
 
 
 def unpin_mitogen() -> None:

@@ -18,9 +18,16 @@ On the 1-node lab's no-op re-provision, the ansible-playbook process spent about
   constant arguments into the code: `{{ 6 | random }}`, a password hash with a constant salt) is compiled every time,
   as before, so such a call still happens once per templating.
 
-The results are the same objects ansible-core would compute; only the repetition goes. Both are installed in the
-strategy's process (ansible_settings.prepare_strategy_process), whose forked workers inherit them. Both keep at most
-MEMO_BYTES / TEMPLATES_MAX entries' worth, least recently used first out.
+- **Every module_utils file compiled again for each module.** Before a module first runs in a run, Mitogen's
+  multiplexer lists the module_utils it imports (ansible_mitogen.module_finder.scan) by compiling the module and,
+  one after the other, every module_utils file it reaches: about 24 files and 35 ms per module, 30 of them for
+  files (basic.py and its imports) the previous module's scan had just compiled. `install_module_scan_cache` gives
+  that scan a `compile` that keeps the code object of each source it compiled.
+
+The results are the same objects ansible-core, Jinja and Python would compute; only the repetition goes. All three
+are installed in the strategy's process (ansible_settings.prepare_strategy_process), whose forked workers and
+Mitogen's multiplexer inherit them. They keep at most MEMO_BYTES / TEMPLATES_MAX / CODE_MAX entries' worth, least
+recently used first out.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ from typing import Any
 MEMO_BYTES = 64 * 1024 * 1024
 # Compiled templates kept: a run of the node stack compiles ~360 distinct ones.
 TEMPLATES_MAX = 8192
+# Compiled module and module_utils files kept by Mitogen's module scan: ansible-core's module_utils are ~100 files.
+CODE_MAX = 1024
 
 
 class _Uncopyable(Exception):
@@ -253,4 +262,46 @@ def install_template_cache(cache: TemplateCache | None = None) -> TemplateCache:
 
     compile.nodeforge_cache = cache
     AnsibleEnvironment.compile = compile
+    return cache
+
+
+# --- Mitogen's module scan ---
+
+
+class CodeCache:
+    """Python's compile() for Mitogen's module scan, keeping each code object by a digest of its source, the file
+    name and the mode (code objects cannot change; a file whose content changed has another digest)."""
+
+    def __init__(self, limit: int = CODE_MAX, compile_: Callable = compile) -> None:
+        self.limit = limit
+        self.compile_ = compile_
+        self.entries: OrderedDict[tuple, Any] = OrderedDict()
+
+    def __call__(self, source, filename, mode, *args, **kwargs):
+        if args or kwargs or not isinstance(source, bytes):
+            return self.compile_(source, filename, mode, *args, **kwargs)
+        key = (hashlib.blake2b(source, digest_size=20).digest(), len(source), filename, mode)
+        code = self.entries.get(key)
+        if code is None:
+            code = self.compile_(source, filename, mode)
+            self.entries[key] = code
+            if len(self.entries) > self.limit:
+                self.entries.popitem(last=False)
+        else:
+            self.entries.move_to_end(key)
+        return code
+
+
+def install_module_scan_cache(cache: CodeCache | None = None) -> CodeCache | None:
+    """Give ansible_mitogen.module_finder (whose scan compiles each file it reads with the builtin `compile`, looked
+    up in its module's globals) the cache's compile; None when that module does not compile files itself."""
+    import ansible_mitogen.module_finder as finder
+
+    if not hasattr(finder, "_scan_importlib_find_spec"):
+        return None
+    current = finder.__dict__.get("compile")
+    if isinstance(current, CodeCache):
+        return current
+    cache = cache or CodeCache()
+    finder.compile = cache
     return cache
