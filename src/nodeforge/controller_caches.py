@@ -251,15 +251,18 @@ def install_template_cache(cache: TemplateCache | None = None) -> TemplateCache:
     from ansible.template import AnsibleEnvironment
     from jinja2 import nodes
     from jinja2.environment import Environment
+    from jinja2.utils import internalcode
 
     common = nodes._FilterTestCommon
     if not hasattr(common.as_const, "nodeforge_original"):
         common.as_const = _note_folding(common.as_const)
     cache = cache or TemplateCache()
 
+    @internalcode  # as Jinja's own compile: left out of the traceback of a template's error
     def compile(self, source, name=None, filename=None, raw=False, defer_init=False):
         return cache.compile(Environment.compile, self, source, name, filename, raw, defer_init)
 
+    internalcode(TemplateCache.compile)
     compile.nodeforge_cache = cache
     AnsibleEnvironment.compile = compile
     return cache
