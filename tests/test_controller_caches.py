@@ -220,3 +220,28 @@ def test_mitogen_lists_the_same_module_utils_compiling_each_file_once(monkeypatc
     assert scans() == expected
     assert any(name == "ansible.module_utils.urls" for name, _, _ in expected[-1])
     assert len(compiled) == len(set(compiled)) + 1 < plain  # changed.py twice (two contents), every other file once
+
+
+def test_without_facts_injected_as_variables_only_the_namespace_and_ansible_local_come(variables, memo, monkeypatch):
+    from ansible import constants
+
+    manager, host = variables
+    monkeypatch.setattr(constants, "INJECT_FACTS_AS_VARS", False)
+    with pytest.MonkeyPatch.context() as plain:
+        for name in ("wrap_var", "namespace_facts", "clean_facts"):
+            plain.setattr(vars_manager, name, getattr(vars_manager, name).nodeforge_original)
+        expected = manager.get_vars(host=host)
+    for _ in range(2):
+        seen = manager.get_vars(host=host)
+        assert typed(fact_vars(seen)) == typed(fact_vars(expected))
+        assert "ansible_kernel" not in seen and seen["ansible_local"]["nodeforge"]["driver"] == "560.35.03"
+
+
+def test_native_templating_gives_each_calls_values_from_the_kept_code(template_cache, monkeypatch):
+    from ansible import constants
+
+    monkeypatch.setattr(constants, "DEFAULT_JINJA2_NATIVE", True)
+    results = [Templar(DataLoader(), variables={"x": x}).template("{{ [1, x] }}") for x in (2, 3)]
+    assert results == [[1, 2], [1, 3]]
+    assert type(Templar(DataLoader()).environment).__name__ == "AnsibleNativeEnvironment"
+    assert template_cache.hits == 1
