@@ -39,9 +39,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-# The facts memo's bound: the pickled size of the facts it keeps results for (each result is a few times that in
-# memory); about 600 hosts of the lab's 10 KB facts, or 64 hosts with 100 KB of full facts.
-MEMO_BYTES = 64 * 1024 * 1024
+# The facts memo's bound, counted in pickled input: a host's facts make four results, each counted at the size of
+# the facts' pickle. The lab's facts pickle to 7 KB: 27 KB counted and about 100 KB of memory per host, so about
+# 1,200 such hosts fit (some 120 MB); with 100 KB of full facts, about 80. Beyond that the least recently used
+# results go and are computed again, as without the memo, plus one pickle per call.
+MEMO_BYTES = 32 * 1024 * 1024
 # Compiled templates kept: a run of the node stack compiles ~360 distinct ones.
 TEMPLATES_MAX = 8192
 # Compiled module and module_utils files kept by Mitogen's module scan: ansible-core's module_utils are ~100 files.
