@@ -1,6 +1,6 @@
-"""Two pieces of work ansible-core 2.18 repeats for every task and host in the strategy's process, done once.
+"""Work ansible-core 2.18, Jinja and Mitogen repeat for every task and host in the strategy's process, done once.
 
-On the 1-node lab's no-op re-provision, the ansible-playbook process spent about half of its CPU time on them
+On the 1-node lab's no-op re-provision, the ansible-playbook process spent about half of its CPU time on the first two
 (docs/ansible-settings.md, "The strategy process's repeated work"):
 
 - **The host's facts, wrapped and cleaned again for every task.** `VariableManager.get_vars` takes the host's facts
@@ -17,7 +17,6 @@ On the 1-node lab's no-op re-provision, the ansible-playbook process spent about
   which filter and test each name is. A template whose compilation called a filter or test (Jinja folds a filter with
   constant arguments into the code: `{{ 6 | random }}`, a password hash with a constant salt) is compiled every time,
   as before, so such a call still happens once per templating.
-
 - **Every module_utils file compiled again for each module.** Before a module first runs in a run, Mitogen's
   multiplexer lists the module_utils it imports (ansible_mitogen.module_finder.scan) by compiling the module and,
   one after the other, every module_utils file it reaches: about 24 files and 35 ms per module, 30 of them for
@@ -26,7 +25,7 @@ On the 1-node lab's no-op re-provision, the ansible-playbook process spent about
 
 The results are the same objects ansible-core, Jinja and Python would compute; only the repetition goes. All three
 are installed in the strategy's process (ansible_settings.prepare_strategy_process), whose forked workers and
-Mitogen's multiplexer inherit them. They keep at most MEMO_BYTES / TEMPLATES_MAX / CODE_MAX entries' worth, least
+Mitogen's multiplexer inherit them. Each keeps a bounded Lru (MEMO_BYTES / TEMPLATES_MAX / CODE_MAX), least
 recently used first out.
 """
 
@@ -48,6 +47,43 @@ MEMO_BYTES = 32 * 1024 * 1024
 TEMPLATES_MAX = 8192
 # Compiled module and module_utils files kept by Mitogen's module scan: ansible-core's module_utils are ~100 files.
 CODE_MAX = 1024
+
+
+# The functions VariableManager.get_vars (ansible/vars/manager.py) applies to a host's facts.
+FACT_FUNCTIONS = ("wrap_var", "namespace_facts", "clean_facts")
+
+
+class Lru:
+    """Entries by key, the least recently used dropped first while their sizes add up to more than the budget (an
+    entry's size is 1 where the budget counts entries)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self.entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def get(self, key: Any) -> Any:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        self.entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: Any, value: Any, size: int = 1) -> None:
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.used -= old[1]
+        self.entries[key] = (value, size)
+        self.used += size
+        while self.used > self.budget and len(self.entries) > 1:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.used -= dropped
 
 
 class _Uncopyable(Exception):
@@ -76,23 +112,21 @@ def fresh(value: Any) -> Any:
     raise _Uncopyable(kind.__name__)
 
 
-def content_key(value: Any) -> bytes | None:
-    """A digest of `value`'s content and types (its pickle: True, 1 and 1.0, a tuple and a list all differ), or None
-    when it cannot be pickled."""
+def content_key(value: Any) -> tuple[bytes, int] | None:
+    """A digest of `value`'s content and types (its pickle: True, 1 and 1.0, a tuple and a list all differ) and the
+    pickle's size, or None when it cannot be pickled."""
     try:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None
-    return hashlib.blake2b(data, digest_size=20).digest() + len(data).to_bytes(8, "little")
+    return hashlib.blake2b(data, digest_size=20).digest(), len(data)
 
 
 class FactMemo:
     """Results of the fact functions get_vars calls, keyed by the content of their input."""
 
     def __init__(self, budget: int = MEMO_BYTES) -> None:
-        self.budget = budget
-        self.used = 0
-        self.entries: OrderedDict[tuple[str, bytes], tuple[Any, int]] = OrderedDict()
+        self.entries = Lru(budget)  # (function name, input digest) -> result, sized by the input's pickle
         # The copies handed out, with the key of what they are a copy of: the next function get_vars applies to one
         # of them finds its key here instead of pickling it (at most the last few, held so their ids stay theirs).
         self.handed: OrderedDict[int, tuple[Any, bytes, int]] = OrderedDict()
@@ -102,10 +136,10 @@ class FactMemo:
         if origin is not None and origin[0] is value:
             key, size = origin[1], origin[2]
         else:
-            key = content_key(value) if type(value) is dict else None
-            if key is None:
+            content = content_key(value) if type(value) is dict else None
+            if content is None:
                 return function(value)
-            size = int.from_bytes(key[-8:], "little")
+            key, size = content
         cached = self.entries.get((name, key))
         if cached is None:
             result = function(value)
@@ -113,19 +147,11 @@ class FactMemo:
                 copy = fresh(result)
             except _Uncopyable:
                 return result
-            self._keep((name, key), result, size)
+            self.entries.put((name, key), result, size)
         else:
-            self.entries.move_to_end((name, key))
-            copy = fresh(cached[0])
+            copy = fresh(cached)
         self._hand((name, key), copy, size)
         return copy
-
-    def _keep(self, key: tuple[str, bytes], result: Any, size: int) -> None:
-        self.entries[key] = (result, size)
-        self.used += size
-        while self.used > self.budget and len(self.entries) > 1:
-            _, (_, dropped) = self.entries.popitem(last=False)
-            self.used -= dropped
 
     def _hand(self, key: tuple[str, bytes], copy: Any, size: int) -> None:
         # What was computed from this copy is keyed by what the copy came from, and by the function that made it.
@@ -139,11 +165,10 @@ def install_fact_memo(memo: FactMemo | None = None) -> FactMemo | None:
     this ansible-core's get_vars does not use them (then nothing changes)."""
     from ansible.vars import manager
 
-    names = ("wrap_var", "namespace_facts", "clean_facts")
-    if not all(callable(getattr(manager, name, None)) for name in names):
+    if not all(callable(getattr(manager, name, None)) for name in FACT_FUNCTIONS):
         return None
     memo = memo or FactMemo()
-    for name in names:
+    for name in FACT_FUNCTIONS:
         original = getattr(manager, name)
         original = getattr(original, "nodeforge_original", original)
 
@@ -217,8 +242,7 @@ class TemplateCache:
     """Compiled code of templates, by environment_key and the compile call's arguments."""
 
     def __init__(self, limit: int = TEMPLATES_MAX) -> None:
-        self.limit = limit
-        self.entries: OrderedDict[tuple, Any] = OrderedDict()
+        self.entries = Lru(limit)
         self.hits = 0
         self.misses = 0
 
@@ -232,7 +256,6 @@ class TemplateCache:
             return original(env, source, name, filename, raw, defer_init)
         code = self.entries.get(key)
         if code is not None:
-            self.entries.move_to_end(key)
             self.hits += 1
             return code
         self.misses += 1
@@ -242,9 +265,7 @@ class TemplateCache:
         finally:
             folded, _folding.called = _folding.called, False
         if not folded:
-            self.entries[key] = code
-            if len(self.entries) > self.limit:
-                self.entries.popitem(last=False)
+            self.entries.put(key, code)
         return code
 
 
@@ -278,9 +299,8 @@ class CodeCache:
     name and the mode (code objects cannot change; a file whose content changed has another digest)."""
 
     def __init__(self, limit: int = CODE_MAX, compile_: Callable = compile) -> None:
-        self.limit = limit
         self.compile_ = compile_
-        self.entries: OrderedDict[tuple, Any] = OrderedDict()
+        self.entries = Lru(limit)
 
     def __call__(self, source, filename, mode, *args, **kwargs):
         if args or kwargs or not isinstance(source, bytes):
@@ -289,11 +309,7 @@ class CodeCache:
         code = self.entries.get(key)
         if code is None:
             code = self.compile_(source, filename, mode)
-            self.entries[key] = code
-            if len(self.entries) > self.limit:
-                self.entries.popitem(last=False)
-        else:
-            self.entries.move_to_end(key)
+            self.entries.put(key, code)
         return code
 
 
