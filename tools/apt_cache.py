@@ -148,13 +148,21 @@ def bind_addresses() -> list[str]:
     return addresses
 
 
-def write_config(layout: Layout, addresses: list[str]) -> None:
-    for path in (layout.cache, layout.logs, layout.conf, layout.run, layout.owners):
-        path.mkdir(parents=True, exist_ok=True)
-    # Only what the nodes fetch through it (the apt hook sends deb.debian.org and security.debian.org): the Debian
-    # archive and its security archive, each under one cache key whatever mirror name a node uses.
-    (layout.conf / "backends_debian").write_text("http://deb.debian.org/debian/\n")
-    (layout.conf / "acng.conf").write_text(
+# apt-cacher-ng 3.7 (Debian 12) cannot replace one of its cached copies of an index file that changes in place
+# (InRelease, a Packages.xz by its plain name) for two clients at once: it renames the old copy out of the way under
+# a name made of the second, the second rename fails ("Failure to move file ... out of the way ... File exists") and
+# that client gets a 503. A lab's nodes refresh their lists at the same moment; four of them did, and one node's apt
+# waited forever on the broken transfer. Those files are passed through, never stored: each client gets its own
+# upstream copy (tens of KB). What apt fetches by hash (dists/.../by-hash/SHA256/..., immutable) and the packages stay
+# cached, and those are the bulk of the bytes.
+VOLATILE_INDEXES = (
+    r"/dists/[^/]+/(InRelease|Release|Release\.gpg)$",
+    r"/dists/.+/(Packages|Sources|Translation-[^/]+|Contents-[^/]+|Index)(\.[a-z0-9]+)?$",
+)
+
+
+def render_config(layout: Layout, addresses: list[str]) -> str:
+    return (
         "# Written by nodeforge tools/apt_cache.py at each start; edits are lost.\n"
         f"CacheDir: {layout.cache}\n"
         f"LogDir: {layout.logs}\n"
@@ -167,11 +175,28 @@ def write_config(layout: Layout, addresses: list[str]) -> None:
         "Remap-secdeb: security.debian.org security.debian.org/debian-security deb.debian.org/debian-security"
         " /debian-security ; deb.debian.org/debian-security security.debian.org\n"
         "ExThreshold: 4\n"
+        f"DontCacheRequested: {' '.join(VOLATILE_INDEXES)}\n"
         # The transfer log is written as requests finish (tests read it) and the report page answers /acng-report.html
         # (a cheap readiness probe).
         "UnbufferLogs: 1\n"
         "ReportPage: acng-report.html\n"
     )
+
+
+def write_config(layout: Layout, addresses: list[str]) -> None:
+    for path in (layout.cache, layout.logs, layout.conf, layout.run, layout.owners):
+        path.mkdir(parents=True, exist_ok=True)
+    # Only what the nodes fetch through it (the apt hook sends deb.debian.org and security.debian.org): the Debian
+    # archive and its security archive, each under one cache key whatever mirror name a node uses.
+    (layout.conf / "backends_debian").write_text("http://deb.debian.org/debian/\n")
+    (layout.conf / "acng.conf").write_text(render_config(layout, addresses))
+
+
+def current_config(layout: Layout) -> str:
+    try:
+        return (layout.conf / "acng.conf").read_text()
+    except OSError:
+        return ""
 
 
 def running_pid(layout: Layout) -> int | None:
@@ -187,11 +212,7 @@ def running_pid(layout: Layout) -> int | None:
 
 
 def bound_addresses(layout: Layout) -> list[str]:
-    try:
-        text = (layout.conf / "acng.conf").read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
+    for line in current_config(layout).splitlines():
         if line.startswith("BindAddress:"):
             return line.split(":", 1)[1].split()
     return []
@@ -255,6 +276,10 @@ def start(layout: Layout | None = None, owner: int | None = None) -> dict:
         reused = pid is not None
         if pid is not None and set(addresses) - set(bound_addresses(layout)):
             # Started before podman's bridge existed: bind late, to the gateway too.
+            _terminate(layout, pid)
+            pid, reused = None, False
+        elif pid is not None and current_config(layout) != render_config(layout, bound_addresses(layout)):
+            # Started by an older nodeforge with another configuration.
             _terminate(layout, pid)
             pid, reused = None, False
         if pid is None:
