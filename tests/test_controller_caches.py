@@ -247,3 +247,47 @@ def test_native_templating_gives_each_calls_values_from_the_kept_code(template_c
     assert results == [[1, 2], [1, 3]]
     assert type(Templar(DataLoader()).environment).__name__ == "AnsibleNativeEnvironment"
     assert template_cache.hits == 1
+
+
+COLLECTION_DIRS = """
+import json, sys
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader(sys.argv[1:])
+from ansible.collections.list import list_collection_dirs
+from nodeforge import controller_caches
+import ansible_mitogen.planner as planner
+
+class Invocation:
+    _extra_sys_paths = set()
+
+listed = [path.decode() for path in list_collection_dirs()]
+installed = controller_caches.install_collection_dirs_once()
+planner._load_collections(Invocation)
+print(json.dumps({"listed": listed, "installed": installed, "added": sorted(Invocation._extra_sys_paths)}))
+"""
+
+
+def test_mitogen_gets_the_collection_dirs_ansible_lists(tmp_path):
+    # A clean interpreter: the collection loader configured once, with the repository's collections first and a
+    # second root that shadows nodeforge.gpu (the first root's copy is the one Ansible uses, and so listed).
+    import json
+    import subprocess
+    import sys
+
+    shadow = tmp_path / "ansible_collections" / "nodeforge" / "gpu"
+    shadow.mkdir(parents=True)
+    (shadow / "galaxy.yml").write_text("namespace: nodeforge\nname: gpu\nversion: 0.0.1\n")
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-c", COLLECTION_DIRS, str(repo / "collections"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found = json.loads(proc.stdout)
+
+    assert sorted(found["installed"]) == sorted(found["listed"])
+    assert found["added"] == sorted(found["listed"])
+    assert str(repo / "collections" / "ansible_collections" / "nodeforge" / "gpu") in found["added"]
+    assert str(shadow) not in found["added"]
+    assert len(found["listed"]) > 50  # the ansible package's collections in the virtualenv, too

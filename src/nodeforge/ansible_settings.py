@@ -112,6 +112,7 @@ def prepare_strategy_process() -> None:
     controller_caches.install_fact_memo()
     controller_caches.install_template_cache()
     controller_caches.install_module_scan_cache()
+    controller_caches.install_collection_dirs_once()
 
 
 def unpin_mitogen() -> None:
