@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
@@ -52,6 +54,52 @@ def load_apt_cache():
 
 def load_fixture_repo():
     return load_module_file("fixture_repo", REPO / "molecule" / "fixture_repo" / "fixture_repo.py")
+
+
+def collection_module(name: str):
+    """A module of the collection (plugins/modules/NAME.py), loaded as a Python module for its tests."""
+    return load_module_file(
+        f"nodeforge_module_{name}",
+        REPO / "collections/ansible_collections/nodeforge/gpu/plugins/modules" / f"{name}.py",
+    )
+
+
+@pytest.fixture
+def module_runner(monkeypatch, capsys):
+    """Runs a collection module's main() as Ansible runs it: its arguments through AnsibleModule, its JSON result read
+    from stdout (check and diff mode as Ansible passes them)."""
+    from ansible.module_utils import basic
+    from ansible.module_utils.common.text.converters import to_bytes
+
+    def runner(module):
+        def run(check: bool = False, diff: bool = False, **args) -> dict:
+            payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
+            monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps(payload)))
+            with pytest.raises(SystemExit):
+                module.main()
+            return json.loads(capsys.readouterr().out)
+
+        return run
+
+    return runner
+
+
+def documented_spec(module) -> dict:
+    """A module's DOCUMENTATION options as an argument spec (type, elements, default, choices, required, options),
+    after checking that its EXAMPLES and RETURN are YAML too."""
+
+    def spec(options: dict) -> dict:
+        keys = ("type", "elements", "default", "choices", "required")
+        return {
+            name: {
+                **{key: value for key, value in option.items() if key in keys},
+                **({"options": spec(option["suboptions"])} if "suboptions" in option else {}),
+            }
+            for name, option in options.items()
+        }
+
+    assert yaml.safe_load(module.EXAMPLES) and yaml.safe_load(module.RETURN)
+    return spec(yaml.safe_load(module.DOCUMENTATION)["options"])
 
 
 APT_CACHE_KEY = pytest.StashKey[object]()

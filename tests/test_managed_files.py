@@ -13,29 +13,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from ansible.module_utils import basic
-from ansible.module_utils.common.text.converters import to_bytes
 
-from tests.conftest import REPO, load_module_file
+from tests.conftest import REPO, collection_module, documented_spec
 
-MODULE = load_module_file(
-    "nodeforge_managed_files",
-    REPO / "collections/ansible_collections/nodeforge/gpu/plugins/modules/managed_files.py",
-)
+MODULE = collection_module("managed_files")
 DROPIN = "[Service]\nLimitMEMLOCK=infinity\n"
 
 
 @pytest.fixture
-def run(monkeypatch, capsys):
-    def _run(check: bool = False, diff: bool = False, **args) -> dict:
-        payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
-        monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps(payload)))
-        with pytest.raises(SystemExit):
-            MODULE.main()
-        return json.loads(capsys.readouterr().out)
-
-    return _run
+def run(module_runner):
+    return module_runner(MODULE)
 
 
 def tree(root: Path) -> dict[str, tuple[str, bytes | None]]:
@@ -208,21 +195,7 @@ def test_refuses_to_write_over_a_directory_or_into_a_missing_tree(run, tmp_path)
 
 def test_documented_options_are_the_accepted_ones():
     # ansible-doc and the argument checks read the same options, with the same types, defaults and choices.
-    documented = yaml.safe_load(MODULE.DOCUMENTATION)["options"]
-
-    def spec(options: dict) -> dict:
-        keys = ("type", "elements", "default", "choices", "required")
-        return {
-            name: {
-                **{k: v for k, v in opt.items() if k in keys},
-                **({"options": spec(opt["suboptions"])} if "suboptions" in opt else {}),
-            }
-            for name, opt in options.items()
-        }
-
-    assert spec(documented) == MODULE.ARGUMENT_SPEC
-    for text in (MODULE.EXAMPLES, MODULE.RETURN):
-        assert yaml.safe_load(text)
+    assert documented_spec(MODULE) == MODULE.ARGUMENT_SPEC
 
 
 def test_through_ansible_with_check_and_diff(tmp_path):

@@ -7,17 +7,36 @@ real node prints. A regex escaped for the wrong layer (as in the fix of b5d4f96)
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 from functools import partial
 
 import pytest
+import yaml
 
 from tests import role_expressions
+from tests.conftest import REPO
 
 task = partial(role_expressions.task, "preflight")
 render = partial(role_expressions.render, "preflight")
+
+
+ROLE_VARS = yaml.safe_load((REPO / "roles" / "preflight" / "vars" / "main.yml").read_text())
+EFIVAR = ROLE_VARS["__preflight_secure_boot_efivar"]
+NODE = "Record the Secure Boot state and whether nouveau is loaded"
+
+
+def probed(mokutil: str = "", byte: str = "", modules: str = "", exists: tuple[str, ...] = ()) -> dict:
+    """What nodeforge.gpu.probe returns for preflight's reading of a node (the parts these expressions use)."""
+
+    def command(stdout: str) -> dict:
+        return {"rc": 0, "stdout": stdout, "stdout_lines": stdout.splitlines(), "stderr": "", "stderr_lines": []}
+
+    paths = (EFIVAR, "/sys/firmware/efi", "/sys/module/nouveau")
+    return {
+        "commands": {"mokutil": command(mokutil), "secure_boot_byte": command(byte), "modules": command(modules)},
+        "paths": {path: {"exists": path in exists} for path in paths},
+    }
 
 
 @pytest.mark.parametrize(
@@ -29,36 +48,53 @@ render = partial(role_expressions.render, "preflight")
 )
 def test_secure_boot_state_from_mokutil(stdout, expected):
     state = render(
-        "main.yml", "Record the Secure Boot state", "__preflight_secure_boot", __preflight_mokutil={"stdout": stdout}
+        "main.yml",
+        NODE,
+        "__preflight_secure_boot",
+        __preflight_probe=probed(stdout, exists=(EFIVAR,)),
+        nodeforge_in_container=False,
     )
     assert state == expected
 
 
-def test_secure_boot_from_the_efi_variable_when_mokutil_says_nothing():
+@pytest.mark.parametrize(
+    ("byte", "exists", "in_container", "expected"),
+    [
+        ("   1", (EFIVAR, "/sys/firmware/efi"), False, "enabled"),
+        ("   0", (EFIVAR, "/sys/firmware/efi"), False, "disabled"),
+        ("", ("/sys/firmware/efi",), False, "unknown"),  # UEFI without the variable: cannot tell
+        ("", (), False, "disabled"),  # no UEFI boot (BIOS, a direct kernel boot): no Secure Boot
+        ("", (), True, "unknown"),  # a container: runtimes hide /sys/firmware
+    ],
+)
+def test_secure_boot_from_the_efi_variable_when_mokutil_says_nothing(byte, exists, in_container, expected):
     state = render(
         "main.yml",
-        "Record the Secure Boot state",
+        NODE,
         "__preflight_secure_boot",
-        __preflight_mokutil={"stdout": "EFI variables are not supported on this system\n"},
-        __preflight_sb_byte={"stdout": "   1\n"},
+        __preflight_probe=probed("EFI variables are not supported on this system", byte, exists=exists),
+        nodeforge_in_container=in_container,
+        __preflight_secure_boot_efivar=EFIVAR,
     )
-    assert state == "enabled"
+    assert state == expected
 
 
 @pytest.mark.parametrize(
-    ("modules", "expected"),
+    ("modules", "exists", "expected"),
     [
-        ("nouveau 2875392 0 - Live 0x0000000000000000\nttm 98304 1 nouveau, Live 0x0\n", True),
-        ("nvidia 56807424 0 - Live 0x0\nnouveau_fake_name 1 0 - Live 0x0\n", False),
+        ("nouveau 2875392 0 - Live 0x0000000000000000\nttm 98304 1 nouveau, Live 0x0", (), True),
+        ("nvidia 56807424 0 - Live 0x0\nnouveau_fake_name 1 0 - Live 0x0", (), False),
+        ("nvidia 56807424 0 - Live 0x0", ("/sys/module/nouveau",), True),  # built into the kernel
     ],
 )
-def test_nouveau_loaded_from_proc_modules(modules, expected):
+def test_nouveau_loaded_from_proc_modules(modules, exists, expected):
     loaded = render(
         "main.yml",
-        "Record whether nouveau is loaded",
+        NODE,
         "__preflight_nouveau_loaded",
-        __preflight_proc_modules={"content": base64.b64encode(modules.encode()).decode()},
-        __preflight_module_paths={"results": [{"stat": {"exists": True}}, {"stat": {"exists": False}}]},
+        __preflight_probe=probed(modules=modules, exists=exists),
+        nodeforge_in_container=False,
+        __preflight_secure_boot_efivar=EFIVAR,
     )
     assert loaded is expected or str(loaded) == str(expected)
 

@@ -11,17 +11,19 @@ from tests import role_expressions
 
 
 def df(*paths: str) -> dict:
-    """The registered result of the role's df task (its own argv) over the checked paths, run here."""
-    argv = role_expressions.render_arg(
+    """What the role's probe returns for its df command (the role's own argv) over the checked paths, run here: the
+    exit status, and the output without its last line break as nodeforge.gpu.probe returns it."""
+    commands = role_expressions.render_arg(
         "preflight",
         "main.yml",
-        "Measure the free space of each checked path",
-        "ansible.builtin.command",
-        "argv",
+        "Read the node (Secure Boot, loaded modules, PCI devices, free space)",
+        "nodeforge.gpu.probe",
+        "commands",
         preflight_min_free_gb=dict.fromkeys(paths, 1),
+        __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-x",
     )
-    run = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
-    return {"rc": run.returncode, "stdout": run.stdout, "stderr_lines": run.stderr.splitlines()}
+    run = subprocess.run(commands["df"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+    return {"rc": run.returncode, "stdout": run.stdout.rstrip("\n"), "stderr_lines": run.stderr.splitlines()}
 
 
 def test_free_disk_agrees_with_statvfs(tmp_path):
@@ -45,7 +47,7 @@ def test_role_records_free_space_through_the_filter():
         "main.yml",
         "Record the free space per path",
         "__preflight_free_disk_gb",
-        __preflight_df=registered,
+        __preflight_probe={"commands": {"df": registered}},
         preflight_min_free_gb={"/": 10, "/no/such/path": 10},
     )
     assert rendered == preflight.free_disk_gib(registered["stdout"], ["/", "/no/such/path"])
