@@ -152,7 +152,7 @@ def _driver_reboot(loaded, installed, *, container=False, changed=False, nouveau
         __nvidia_driver_installed_version=installed,
         __nvidia_driver_in_container=container,
         __nvidia_driver_changed=changed,
-        __nvidia_driver_nouveau_probe={"stat": {"exists": nouveau}},
+        __nvidia_driver_nouveau_loaded=nouveau,
         nvidia_driver_blacklist_nouveau=blacklist,
         __nvidia_driver_nouveau_set={"changed": changes.get("nouveau_set", False)},
         __nvidia_driver_options_set={"changed": changes.get("options_set", False)},

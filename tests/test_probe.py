@@ -113,3 +113,20 @@ def test_an_argv_must_be_a_list(module_runner):
 
 def test_documented_options_are_the_accepted_ones():
     assert documented_spec(MODULE) == MODULE.ARGUMENT_SPEC
+
+
+def test_read_gives_each_file_byte_for_byte(module_runner, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_bytes(b'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  x = "\xc3\xa9"\n\n')
+    binary = tmp_path / "efivar"
+    binary.write_bytes(b"\x06\x00\x00\x00\xff")
+    run = module_runner(MODULE)
+
+    result = run(read=[str(config), str(tmp_path / "missing.toml")])
+    undecodable = run(read=[str(binary)])
+
+    assert result["read"] == {
+        str(config): {"exists": True, "content": config.read_bytes().decode()},
+        str(tmp_path / "missing.toml"): {"exists": False, "content": None},
+    }
+    assert undecodable["failed"] is True and f"{binary}: not UTF-8 text" in undecodable["msg"]

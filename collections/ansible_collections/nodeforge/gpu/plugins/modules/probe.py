@@ -10,7 +10,8 @@ short_description: Run several read-only commands and look at several paths in o
 description:
   - Runs each command of O(commands) (an argv, no shell) and returns its exit status and output, whatever the status;
     a command whose program is not installed returns rc 127 and no output, as a shell would.
-  - Looks at each path of O(paths) (without following a last symbolic link only when O(follow=false)).
+  - Looks at each path of O(paths) (without following a last symbolic link only when O(follow=false)), and reads each
+    text file of O(read) whole.
   - Changes nothing and never reports a change; runs in check mode too.
   - One module call instead of one per command and per path, so that a role's reading of the node costs one round
     trip.
@@ -23,6 +24,14 @@ options:
     default: {}
   paths:
     description: Paths to look at (C(~) expanded); the result is keyed by each path as given.
+    type: list
+    elements: str
+    default: []
+  read:
+    description: >-
+      Text files (UTF-8) to read whole, byte for byte (C(~) expanded); the result is keyed by each path as given. A
+      missing file is an answer (C(exists=false), C(content=null)); one that cannot be read or decoded fails the
+      module.
     type: list
     elements: str
     default: []
@@ -65,6 +74,11 @@ commands:
   type: dict
   sample: {"rdma_core": {"rc": 0, "stdout": "ii 44.0-2", "stdout_lines": ["ii 44.0-2"], "stderr": "",
            "stderr_lines": [], "skipped": false}}
+read:
+  description: For each of O(read), whether it exists and its whole content.
+  returned: always
+  type: dict
+  sample: {"/etc/containerd/config.toml": {"exists": true, "content": "version = 2\n"}}
 paths:
   description: For each of O(paths), whether it exists and what it is.
   returned: always
@@ -81,6 +95,7 @@ from ansible.module_utils.basic import AnsibleModule
 ARGUMENT_SPEC = {
     "commands": {"type": "dict", "default": {}},
     "paths": {"type": "list", "elements": "str", "default": []},
+    "read": {"type": "list", "elements": "str", "default": []},
     "follow": {"type": "bool", "default": True},
     "environment": {"type": "dict", "default": {}},
     "fail_on_error": {"type": "list", "elements": "str", "default": []},
@@ -128,6 +143,20 @@ def look(path: str, follow: bool) -> dict:
     }
 
 
+def read(module: AnsibleModule, path: str) -> dict:
+    try:
+        with open(os.path.expanduser(path), "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return {"exists": False, "content": None}
+    except OSError as err:
+        module.fail_json(msg=f"{path}: cannot be read: {err}")
+    try:
+        return {"exists": True, "content": data.decode("utf-8")}
+    except UnicodeDecodeError as err:
+        module.fail_json(msg=f"{path}: not UTF-8 text: {err}")
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     commands = module.params["commands"]
@@ -147,7 +176,8 @@ def main() -> None:
             module.fail_json(
                 msg=f"{' '.join(commands[name])} exited {result['rc']}: {output}", commands=results, paths=paths
             )
-    module.exit_json(changed=False, commands=results, paths=paths)
+    contents = {path: read(module, path) for path in module.params["read"]}
+    module.exit_json(changed=False, commands=results, paths=paths, read=contents)
 
 
 if __name__ == "__main__":
