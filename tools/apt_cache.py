@@ -148,19 +148,6 @@ def bind_addresses() -> list[str]:
     return addresses
 
 
-# apt-cacher-ng 3.7 (Debian 12) cannot replace one of its cached copies of an index file that changes in place
-# (InRelease, a Packages.xz by its plain name) for two clients at once: it renames the old copy out of the way under
-# a name made of the second, the second rename fails ("Failure to move file ... out of the way ... File exists") and
-# that client gets a 503. A lab's nodes refresh their lists at the same moment; four of them did, and one node's apt
-# waited forever on the broken transfer. Those files are passed through, never stored: each client gets its own
-# upstream copy (tens of KB). What apt fetches by hash (dists/.../by-hash/SHA256/..., immutable) and the packages stay
-# cached, and those are the bulk of the bytes.
-VOLATILE_INDEXES = (
-    r"/dists/[^/]+/(InRelease|Release|Release\.gpg)$",
-    r"/dists/.+/(Packages|Sources|Translation-[^/]+|Contents-[^/]+|Index)(\.[a-z0-9]+)?$",
-)
-
-
 def render_config(layout: Layout, addresses: list[str]) -> str:
     return (
         "# Written by nodeforge tools/apt_cache.py at each start; edits are lost.\n"
@@ -175,7 +162,6 @@ def render_config(layout: Layout, addresses: list[str]) -> str:
         "Remap-secdeb: security.debian.org security.debian.org/debian-security deb.debian.org/debian-security"
         " /debian-security ; deb.debian.org/debian-security security.debian.org\n"
         "ExThreshold: 4\n"
-        f"DontCacheRequested: {' '.join(VOLATILE_INDEXES)}\n"
         # The transfer log is written as requests finish (tests read it) and the report page answers /acng-report.html
         # (a cheap readiness probe).
         "UnbufferLogs: 1\n"
