@@ -260,12 +260,10 @@ def start(layout: Layout | None = None, owner: int | None = None) -> dict:
         addresses = bind_addresses()
         pid = running_pid(layout)
         reused = pid is not None
-        if pid is not None and set(addresses) - set(bound_addresses(layout)):
-            # Started before podman's bridge existed: bind late, to the gateway too.
-            _terminate(layout, pid)
-            pid, reused = None, False
-        elif pid is not None and current_config(layout) != render_config(layout, bound_addresses(layout)):
-            # Started by an older nodeforge with another configuration.
+        bound = bound_addresses(layout)
+        # Restarted when started before podman's bridge existed (bind late, to the gateway too), or by an older
+        # nodeforge with another configuration.
+        if pid is not None and (set(addresses) - set(bound) or current_config(layout) != render_config(layout, bound)):
             _terminate(layout, pid)
             pid, reused = None, False
         if pid is None:

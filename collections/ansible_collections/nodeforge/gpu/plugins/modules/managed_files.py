@@ -201,11 +201,12 @@ class Files:
             self.note(path, "attributes set")
 
     def absent(self, path: str) -> None:
-        current = _read(path) if os.path.isfile(path) else None
         if not os.path.lexists(path):
             return
         if os.path.isdir(path) and not os.path.islink(path):
             self.module.fail_json(msg=f"{path} is a directory, not a file this module removes", **self.result())
+        # The content is read only for the diff.
+        current = _read(path) if self.module._diff and os.path.isfile(path) else None
         if not self.module.check_mode:
             os.unlink(path)
         self.note(path, "removed", current, b"")
@@ -245,7 +246,7 @@ def main() -> None:
     entries = [
         *params["files"],
         *({"path": path, "state": "present", **shared} for path in params["paths"]),
-        *({"path": path, "state": "absent", "mode": "0644"} for path in params["absent"]),
+        *({"path": path, "state": "absent"} for path in params["absent"]),
     ]
     files = Files(module)
     # Every entry is checked before anything is touched.
@@ -253,13 +254,15 @@ def main() -> None:
         path = entry["path"]
         if not os.path.isabs(path):
             module.fail_json(msg=f"{path}: expected an absolute path", **files.result())
+        if entry["state"] == "absent":
+            continue
         try:
             int(entry["mode"], 8)
         except ValueError:
             module.fail_json(msg=f"{path}: mode {entry['mode']!r} is not an octal mode like 0644", **files.result())
-        if entry["state"] == "present" and entry["content"] is None:
+        if entry["content"] is None:
             module.fail_json(msg=f"{path}: state=present needs a content", **files.result())
-    for pattern in module.params["prune"]:
+    for pattern in params["prune"]:
         if not os.path.isabs(pattern):
             module.fail_json(msg=f"prune: {pattern} is not an absolute pattern", **files.result())
     written = {entry["path"] for entry in entries if entry["state"] == "present"}
@@ -268,7 +271,7 @@ def main() -> None:
             files.present(entry)
         else:
             files.absent(entry["path"])
-    for pattern in module.params["prune"]:
+    for pattern in params["prune"]:
         for path in sorted(glob.glob(pattern)):
             if path not in written and os.path.isfile(path):
                 files.absent(path)

@@ -102,22 +102,8 @@ ARGUMENT_SPEC = {
 }
 
 
-def run(module: AnsibleModule, argv: list[str], environment: dict[str, str]) -> dict:
-    if not argv:
-        return {"rc": None, "stdout": "", "stdout_lines": [], "stderr": "", "stderr_lines": [], "skipped": True}
-    program = argv[0] if os.path.isabs(argv[0]) else module.get_bin_path(argv[0])
-    if program is None:
-        message = f"{argv[0]}: command not found"
-        return {
-            "rc": 127,
-            "stdout": "",
-            "stdout_lines": [],
-            "stderr": message,
-            "stderr_lines": [message],
-            "skipped": False,
-        }
-    rc, out, err = module.run_command([program, *argv[1:]], environ_update=environment)
-    # As ansible.builtin.command returns them: without the last line break.
+def answer(rc: int | None, out: str = "", err: str = "", skipped: bool = False) -> dict:
+    """A command's result as ansible.builtin.command returns it: output without its last line break, and as lines."""
     out, err = out.rstrip("\r\n"), err.rstrip("\r\n")
     return {
         "rc": rc,
@@ -125,8 +111,17 @@ def run(module: AnsibleModule, argv: list[str], environment: dict[str, str]) -> 
         "stdout_lines": out.splitlines(),
         "stderr": err,
         "stderr_lines": err.splitlines(),
-        "skipped": False,
+        "skipped": skipped,
     }
+
+
+def run(module: AnsibleModule, argv: list[str], environment: dict[str, str]) -> dict:
+    if not argv:
+        return answer(None, skipped=True)
+    program = argv[0] if os.path.isabs(argv[0]) else module.get_bin_path(argv[0])
+    if program is None:
+        return answer(127, err=f"{argv[0]}: command not found")
+    return answer(*module.run_command([program, *argv[1:]], environ_update=environment))
 
 
 def look(path: str, follow: bool) -> dict:
