@@ -177,3 +177,35 @@ def test_preloaded_plugins_leave_a_worker_nothing_to_import():
     assert "jsonschema" in cold["imported"]
     # ... with it, nothing: the worker's fork already has them.
     assert preloaded["imported"] == []
+
+
+def _ssh_connection(env: dict[str, str], host_vars: dict):
+    """ansible-core's own ssh connection plugin, its options read with these settings and host vars."""
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        connection = connection_loader.get("ssh", PlayContext(), None)
+        connection.set_options(var_options=host_vars)
+    connection.host = host_vars["ansible_host"]
+    return connection
+
+
+@pytest.mark.parametrize("own", [{}, {"ansible_control_path": "%(directory)s/own-%%h"}])
+def test_mitogen_gets_the_socket_ansibles_ssh_connection_uses(tmp_path, own):
+    """Mitogen's ssh command gets the ControlPath ansible-core's ssh connection puts on its command line for the same
+    host, port, user and settings (an inventory's ansible_control_path included), so that a run's masters carry the
+    next run."""
+    env = ansible_settings.environment(tmp_path, {})
+    connection = _ssh_connection(env, {"ansible_host": "10.0.0.5", "ansible_port": 2222, "ansible_user": "root", **own})
+    [ansibles] = [arg.decode() for arg in connection._build_command("ssh", "ssh", "10.0.0.5") if b"ControlPath" in arg]
+    args = shlex.split(env["ANSIBLE_SSH_ARGS"])
+    ours = ansible_settings.mitogen_control_path(args, connection.get_option, "10.0.0.5", 2222, "root")
+    assert ours == ["-o", ansibles.replace('"', "")]
+    assert Path(ours[1].split("=", 1)[1]).parent == ansible_settings.control_path_dir(tmp_path)
+    # Nothing to add where the args want no master, or name their own socket.
+    assert ansible_settings.mitogen_control_path(["-C"], connection.get_option, "10.0.0.5", 2222, "root") == []
+    named = ["-o", "ControlPersist=60s", "-o", "ControlPath=/run/own/%C"]
+    assert ansible_settings.mitogen_control_path(named, connection.get_option, "10.0.0.5", 2222, "root") == []

@@ -151,8 +151,12 @@ def test_package_version_choice_from_dpkg_and_madison(dpkg, expected):
     registered = {
         "__nvidia_container_toolkit_version": "1.20.0",
         "__nvidia_container_toolkit_packages": ["nvidia-container-toolkit", "libnvidia-container1"],
-        "__nvidia_container_toolkit_dpkg": {"stdout_lines": dpkg.splitlines()},
-        "__nvidia_container_toolkit_madison": {"stdout_lines": madison.splitlines()},
+        "__nvidia_container_toolkit_apt_state": {
+            "commands": {
+                "dpkg": {"stdout_lines": dpkg.splitlines()},
+                "madison": {"stdout_lines": madison.splitlines()},
+            }
+        },
     }
     name = "Choose the package version of the pinned toolkit version"
     assert render("install-apt.yml", name, "__nvidia_container_toolkit_package_version", **registered) == expected

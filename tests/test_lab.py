@@ -13,9 +13,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from nodeforge import lab
+from nodeforge import ansible_settings, lab
 from nodeforge.cli import main
 from nodeforge.runner import RunOptions, run_playbook
+from nodeforge.runner import state_dir as runner_state_dir
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,7 +83,15 @@ def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summa
 def reprovision_changes_nothing(lab_name: str) -> None:
     again = CliRunner().invoke(main, ["lab", "provision", "--json", "--name", lab_name])
     assert again.exit_code == 0, again.output
-    assert all(c["changed"] == 0 for c in json.loads(again.stdout)["hosts"].values())
+    hosts = json.loads(again.stdout)["hosts"]
+    assert all(c["changed"] == 0 for c in hosts.values())
+    # The run (Mitogen's connections) left one SSH master per node in nodeforge's socket directory, for the next run
+    # to ride (ControlPersist): ssh's own answer for each socket there.
+    sockets = sorted(ansible_settings.control_path_dir(runner_state_dir()).iterdir())
+    checks = [
+        subprocess.run(["ssh", "-O", "check", "-S", str(s), "node"], capture_output=True, text=True) for s in sockets
+    ]
+    assert [c.stderr.startswith("Master running") for c in checks] == [True] * len(hosts), [c.stderr for c in checks]
 
 
 def lab_down_removes_it(lab_name: str) -> None:

@@ -268,8 +268,13 @@ def test_driver_role_chooses_its_package_version_from_madison(dpkg, wanted, expe
     from tests import role_expressions
 
     registered = {
-        "__nvidia_driver_madison": {"stdout_lines": output("apt-cache-madison-nvidia-debian12.txt").splitlines()},
-        "__nvidia_driver_dpkg_before": {"stdout": dpkg},
+        "__nvidia_driver_apt_state": {
+            "commands": {
+                "madison": {"stdout_lines": output("apt-cache-madison-nvidia-debian12.txt").splitlines()},
+                "packages": {"stdout_lines": [f"nvidia-driver {dpkg}", "nvidia-kernel-dkms un "] if dpkg else []},
+            }
+        },
+        "__nvidia_driver_pkgset": {"versioned": ["nvidia-driver", "nvidia-kernel-dkms"]},
         "__nvidia_driver_wanted_version": wanted,
         "__nvidia_driver_branch": "535",
     }
@@ -278,3 +283,64 @@ def test_driver_role_chooses_its_package_version_from_madison(dpkg, wanted, expe
         "nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_package_version", **registered
     )
     assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("after", "state", "expected"),
+    [
+        # No install this run: the state read before it (a hold moves no version).
+        ({"skipped": True}, ["nvidia-driver hi 535.261.03-1", "nvidia-kernel-dkms hi 535.261.03-1"], "535.261.03"),
+        ({"skipped": True}, ["nvidia-driver un ", "nvidia-kernel-dkms rc 535.216.03-1"], ""),
+        # After an install: read again; an epoch and the Debian revision are dropped.
+        ({"stdout": "ii 1:580.126.20-1"}, ["nvidia-driver hi 535.261.03-1"], "580.126.20"),
+        ({"stdout": ""}, [], ""),
+    ],
+)
+def test_driver_role_records_the_installed_version_from_the_read_it_has(after, state, expected):
+    from tests import role_expressions
+
+    found = role_expressions.render(
+        "nvidia_driver",
+        "setup-Debian.yml",
+        "Record the installed driver version",
+        "__nvidia_driver_installed_version",
+        __nvidia_driver_dpkg_after=after,
+        __nvidia_driver_dpkg_lines=state,
+        __nvidia_driver_pkgset={"versioned": ["nvidia-driver"]},
+    )
+    assert found == expected
+
+
+@pytest.mark.parametrize(
+    ("released", "expected_hold"),
+    [
+        # No release this run: the first read stands, and held packages at the version need nothing.
+        ({"skipped": True}, []),
+        # Holds released for a move: the read after the release counts, so every released package is held again.
+        (
+            {"stdout_lines": ["nvidia-driver ii 535.216.03-1", "firmware-nvidia-gsp ii 535.216.03-1"]},
+            ["nvidia-driver", "firmware-nvidia-gsp"],
+        ),
+    ],
+)
+def test_driver_role_decides_holds_from_the_state_after_a_release(released, expected_hold):
+    from tests import role_expressions
+
+    registered = {
+        "__nvidia_driver_dpkg_released": released,
+        "__nvidia_driver_apt_state": {
+            "commands": {
+                "packages": {"stdout_lines": ["nvidia-driver hi 535.216.03-1", "firmware-nvidia-gsp hi 535.216.03-1"]}
+            }
+        },
+        "__nvidia_driver_pkgset": {"versioned": ["nvidia-driver"], "unversioned": ["firmware-nvidia-gsp"]},
+        "__nvidia_driver_hold_packages": ["nvidia-driver", "firmware-nvidia-gsp"],
+        "__nvidia_driver_package_version": "535.216.03-1",
+    }
+    name = "Decide what apt and dpkg still have to do"
+    assert (
+        role_expressions.render("nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_todo_install", **registered)
+        == []
+    )
+    hold = role_expressions.render("nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_todo_hold", **registered)
+    assert hold == expected_hold

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,12 +107,52 @@ def prepare_strategy_process() -> None:
     from nodeforge import controller_caches, mitogen_node
 
     unpin_mitogen()
+    share_ssh_masters_with_mitogen()
     preload_plugins()
     mitogen_node.install()
     controller_caches.install_fact_memo()
     controller_caches.install_template_cache()
     controller_caches.install_module_scan_cache()
     controller_caches.install_collection_dirs_once()
+
+
+def mitogen_control_path(ssh_args: list[str], option: Callable[[str], object], host: str, port, user) -> list[str]:
+    """The `-o ControlPath=...` that ansible-core's ssh connection adds to its ssh command when the args ask for a
+    persistent master (ControlPersist) and name no socket, for Mitogen's ssh command: the same socket for the same
+    host, port and user (the `control_path` option, ansible_control_path, when set; else ansible-core's hash), in
+    the `control_path_dir` directory. [] when the args name a socket or want no master."""
+    from ansible.plugins.connection.ssh import Connection as SshConnection
+
+    lowered = [arg.lower() for arg in ssh_args]
+    if not any("controlpersist" in arg for arg in lowered) or any("controlpath" in arg for arg in lowered):
+        return []
+    directory = os.path.expanduser(str(option("control_path_dir") or "~/.ansible/cp"))
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = option("control_path") or SshConnection._create_control_path(host, port, user)
+    return ["-o", f"ControlPath={str(path) % {'directory': directory}}"]
+
+
+def share_ssh_masters_with_mitogen() -> None:
+    """Mitogen starts ssh with ANSIBLE_SSH_ARGS but, unlike ansible-core's ssh connection, adds no ControlPath, so
+    its ControlMaster=auto and ControlPersist had no socket to share: every run paid a fresh SSH handshake to each
+    node. Its ssh arguments get the socket ansible-core's ssh connection would use (mitogen_control_path), so that
+    the master a run opens carries the next run's connection for ControlPersist's two minutes (nodeforge's
+    strategies call this in their process, before Mitogen's multiplexer forks from it)."""
+    import ansible_mitogen.transport_config as transport_config
+
+    spec = transport_config.PlayContextSpec
+    if getattr(spec.ssh_args, "nodeforge_control_path", False):
+        return
+    original = spec.ssh_args
+
+    def ssh_args(self) -> list[str]:
+        args = original(self)
+        return args + mitogen_control_path(
+            args, self._connection_option, self.remote_addr(), self.port(), self.remote_user()
+        )
+
+    ssh_args.nodeforge_control_path = True
+    spec.ssh_args = ssh_args
 
 
 def unpin_mitogen() -> None:
