@@ -37,9 +37,15 @@ molecule:
 	$(VENV)/pytest -q -m molecule
 
 # Two workers: the molecule scenarios and the lab wait on apt, podman and systemd as much as on the CPU, so two at a
-# time finish sooner on a 2-core machine. Tests go out one at a time, longest first (tests/conftest.py).
-test: setup lint
-	$(VENV)/pytest -q -ra --durations=15 -n 2 --dist load --maxschedchunk 1
+# time finish sooner on a 2-core machine. Tests go out one at a time, longest first (tests/conftest.py). lint runs
+# beside the session's first minute (the package cache's start, the workers' collection, the first image builds:
+# waits on the network and podman, mostly); its output follows the tests', and its failure fails the target too.
+test: setup
+	@mkdir -p build; $(MAKE) --no-print-directory lint >build/lint.log 2>&1 & lint=$$!; \
+	$(VENV)/pytest -q -ra --durations=15 -n 2 --dist load --maxschedchunk 1; tests=$$?; \
+	wait $$lint; linted=$$?; cat build/lint.log; \
+	if [ $$linted -ne 0 ]; then echo "make test: lint failed (exit $$linted, output above)"; fi; \
+	exit $$(( tests != 0 ? tests : linted ))
 
 bench: setup
 	$(VENV)/python bench/run.py

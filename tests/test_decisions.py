@@ -154,9 +154,15 @@ def _driver_reboot(loaded, installed, *, container=False, changed=False, nouveau
         __nvidia_driver_changed=changed,
         __nvidia_driver_nouveau_loaded=nouveau,
         nvidia_driver_blacklist_nouveau=blacklist,
-        __nvidia_driver_nouveau_set={"changed": changes.get("nouveau_set", False)},
-        __nvidia_driver_options_set={"changed": changes.get("options_set", False)},
-        __nvidia_driver_options_unset={"changed": False},
+        __nvidia_driver_nouveau_conf="/etc/modprobe.d/nodeforge-nouveau-blacklist.conf",
+        __nvidia_driver_options_conf="/etc/modprobe.d/nodeforge-nvidia-options.conf",
+        # What the role's one managed_files call for both files reports it wrote or removed.
+        __nvidia_driver_modprobe_files={
+            "changed_paths": [
+                *(["/etc/modprobe.d/nodeforge-nouveau-blacklist.conf"] if changes.get("nouveau_set") else []),
+                *(["/etc/modprobe.d/nodeforge-nvidia-options.conf"] if changes.get("options_set") else []),
+            ]
+        },
     )
 
 
@@ -188,6 +194,8 @@ def test_a_container_counts_only_what_this_run_changed():
     assert _driver_reboot("", "535.216.01", container=True, nouveau=True, nouveau_set=True) == [
         "nouveau is loaded and blacklisted for the next boot"
     ]
+    # The same file removed (nvidia_driver_blacklist_nouveau false) blacklists nothing.
+    assert _driver_reboot("", "535.216.01", container=True, nouveau=True, blacklist=False, nouveau_set=True) == []
 
 
 def test_options_changed_under_a_loaded_driver_need_a_reboot():
