@@ -123,8 +123,8 @@ def mitogen_control_path(ssh_args: list[str], option: Callable[[str], object], h
     the `control_path_dir` directory. [] when the args name a socket or want no master."""
     from ansible.plugins.connection.ssh import Connection as SshConnection
 
-    lowered = [arg.lower() for arg in ssh_args]
-    if not any("controlpersist" in arg for arg in lowered) or any("controlpath" in arg for arg in lowered):
+    persist, named = SshConnection._persistence_controls([arg.encode() for arg in ssh_args])
+    if not persist or named:
         return []
     directory = os.path.expanduser(str(option("control_path_dir") or "~/.ansible/cp"))
     os.makedirs(directory, mode=0o700, exist_ok=True)
