@@ -4,8 +4,11 @@ the same against the real containerd and dockerd; these cover the branches they 
 
 from __future__ import annotations
 
+import base64
 import importlib
+import json
 import re
+import subprocess
 import tomllib
 from functools import partial
 
@@ -225,15 +228,76 @@ def test_runtime_class_is_valid_for_kubernetes(k8s_version):
     "url",
     ["https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)", "http://127.0.0.1:8083/stable/deb/$(ARCH)"],
 )
-def test_nvidia_install_guide_source_list_is_recognised(url):
-    """The pattern that finds a list NVIDIA's install guide wrote for the same repository (find's `contains`)."""
-    find = role_expressions.task(
-        "nvidia_container_toolkit", "install-apt.yml", "Find other apt sources of the toolkit repository"
+def test_nvidia_install_guide_source_list_is_recognised(url, tmp_path):
+    """The role's probe command that finds a list NVIDIA's install guide wrote for the same repository, run here on a
+    sources directory: the guide's list and deb822 file, not the role's own list, another repository, another
+    channel of the same one, a hidden file or a file of another kind."""
+    probe = role_expressions.task(
+        "nvidia_container_toolkit",
+        "main.yml",
+        "Look for the configured runtimes, other toolkit sources, the control device and an earlier hook",
     )
-    pattern = Templar(loader=DataLoader(), variables={"__nvidia_container_toolkit_repo_url": url}).template(
-        find["ansible.builtin.find"]["contains"]
+    variables = {
+        **probe["vars"],
+        "__nvidia_container_toolkit_repo_url": url,
+        "__nvidia_container_toolkit_source_list": f"{tmp_path}/nvidia-container-toolkit.list",
+        "__nvidia_container_toolkit_pkg_family": "apt",
+        "nvidia_container_toolkit_runtimes": ["containerd"],
+    }
+    argv = Templar(loader=DataLoader(), variables=variables).template(probe["nodeforge.gpu.probe"]["commands"])[
+        "other_sources"
+    ]
+    prefix = url.replace("$(ARCH)", "")
+    guide = f"deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] {url} /\n"
+    (tmp_path / "nvidia-container-toolkit.list").write_text(f"deb [signed-by=/etc/apt/keyrings/k.asc] {url} /\n")
+    (tmp_path / "guide.list").write_text(guide)
+    (tmp_path / "guide.sources").write_text(f"Types: deb\nURIs: {prefix}\nSuites: /\n")
+    (tmp_path / "debian.list").write_text("deb http://deb.debian.org/debian bookworm main\n")
+    (tmp_path / "experimental.list").write_text(f"deb [signed-by=/k.asc] {url.replace('stable', 'experimental')} /\n")
+    (tmp_path / ".hidden.list").write_text(guide)
+    (tmp_path / "guide.list.save").write_text(guide)
+
+    found = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.splitlines()
+
+    assert sorted(found) == [f"{tmp_path}/guide.list", f"{tmp_path}/guide.sources"]
+    # A missing directory is no sources at all.
+    variables["__nvidia_container_toolkit_source_list"] = f"{tmp_path}/none/nvidia-container-toolkit.list"
+    missing = Templar(loader=DataLoader(), variables=variables).template(probe["nodeforge.gpu.probe"]["commands"])
+    assert subprocess.run(missing["other_sources"], capture_output=True, text=True, check=True).stdout == ""
+
+
+HOOK_PATH = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+
+
+def hook_removed(probe_content: str | None, reread: dict | None = None) -> bool:
+    """Whether hooks.yml removes the hook file on a node without a hooks runtime, from main.yml's probe answer (None:
+    no file) and, after an install in the run, the slurp that read it again (None: skipped)."""
+    task = role_expressions.task(
+        "nvidia_container_toolkit", "hooks.yml", "Remove the hook that no configured runtime uses"
     )
-    guide = f"deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] {url} /"
-    assert re.match(pattern, guide)
-    assert not re.match(pattern, "deb http://deb.debian.org/debian bookworm main")
-    assert not re.match(pattern, f"deb [signed-by=/k.asc] {url.replace('stable', 'experimental')} /")
+    variables = {
+        **task["vars"],
+        "ansible_search_path": [str(ROLE)],
+        "__nvidia_container_toolkit_hooks": False,
+        "__nvidia_container_toolkit_hook_path": HOOK_PATH,
+        "__nvidia_container_toolkit_node": {
+            "read": {HOOK_PATH: {"exists": probe_content is not None, "content": probe_content}}
+        },
+        "__nvidia_container_toolkit_hook_reread": reread or {"changed": False, "skipped": True},
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return all(templar.template("{{ (" + condition + ") | bool }}") for condition in task["when"])
+
+
+def test_only_the_hook_as_nodeforge_wrote_it_is_removed():
+    ours = (ROLE / "files" / "oci-nvidia-hook.json").read_text()
+    operators = ours.replace("prestart", "poststart")
+    assert hook_removed(ours) is True
+    # Reformatted, the same JSON is still nodeforge's.
+    assert hook_removed(json.dumps(json.loads(ours), indent=8)) is True
+    assert hook_removed(operators) is False
+    assert hook_removed(None) is False
+    assert hook_removed("") is False
+    # Read again after an install: that answer counts, not the probe's from before it.
+    assert hook_removed(None, {"changed": False, "content": base64.b64encode(ours.encode()).decode()}) is True
+    assert hook_removed(ours, {"changed": False, "failed": True, "msg": "file not found"}) is False

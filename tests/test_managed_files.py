@@ -193,6 +193,30 @@ def test_refuses_to_write_over_a_directory_or_into_a_missing_tree(run, tmp_path)
     assert sorted(os.listdir(tmp_path)) == ["taken.conf"]
 
 
+def test_parents_creates_every_missing_level_in_order_and_check_mode_only_reports_them(run, tmp_path):
+    entry = {"path": f"{tmp_path}/etc/containerd/conf.d/99-nvidia.toml", "content": "version = 2\n"}
+
+    checked = run(files=[entry], parents=True, directory_mode="0750", check=True)
+    assert list(tmp_path.iterdir()) == []
+    first = run(files=[entry], parents=True, directory_mode="0750")
+    again = run(files=[entry], parents=True, directory_mode="0750")
+
+    assert tree(tmp_path) == {
+        "etc": ("0o750", None),
+        "etc/containerd": ("0o750", None),
+        "etc/containerd/conf.d": ("0o750", None),
+        "etc/containerd/conf.d/99-nvidia.toml": ("0o644", b"version = 2\n"),
+    }
+    assert list(first["actions"].items()) == [
+        (f"{tmp_path}/etc", "created directory"),
+        (f"{tmp_path}/etc/containerd", "created directory"),
+        (f"{tmp_path}/etc/containerd/conf.d", "created directory"),
+        (entry["path"], "created"),
+    ]
+    assert checked["changed"] is True and checked["actions"] == first["actions"]
+    assert again["changed"] is False
+
+
 def test_documented_options_are_the_accepted_ones():
     # ansible-doc and the argument checks read the same options, with the same types, defaults and choices.
     assert documented_spec(MODULE) == MODULE.ARGUMENT_SPEC

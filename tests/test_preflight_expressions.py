@@ -117,31 +117,48 @@ POLICY = """linux-headers-6.1.0-56-amd64:
     ],
 )
 def test_kernel_headers_from_apt_cache_policy(installed, candidate, installable, detail):
-    registered = {"__preflight_apt_policy": {"stdout": POLICY.format(installed=installed, candidate=candidate)}}
+    registered = headers_answer(POLICY.format(installed=installed, candidate=candidate))
     name = "Record the kernel headers' apt state"
     found = render("setup-Debian.yml", name, "__preflight_kernel_headers_installable", **registered)
     assert str(found) == str(installable)
     assert render("setup-Debian.yml", name, "__preflight_kernel_headers_detail", **registered).startswith(detail)
 
 
+def headers_answer(stdout: str) -> dict:
+    """What setup-Debian.yml reads: the answer of main.yml's probe to its headers command."""
+    return {"__preflight_probe": {"commands": {"headers": {"stdout": stdout}}}}
+
+
+def test_headers_command_only_where_apt_answers():
+    facts = {"os_family": "Debian"}
+    argv = render_vars_value("__preflight_headers_argv", ansible_facts=facts, __preflight_kernel_headers_package="p")
+    assert argv == ["sh", "-c", ROLE_VARS["__preflight_dpkg_headers_script"], "sh", "p"]
+    assert (
+        render_vars_value("__preflight_headers_argv", ansible_facts=facts, __preflight_kernel_headers_package="") == []
+    )
+    el = {"os_family": "RedHat"}
+    assert render_vars_value("__preflight_headers_argv", ansible_facts=el, __preflight_kernel_headers_package="p") == []
+
+
+def render_vars_value(name: str, **variables) -> object:
+    """One value of the role's vars/main.yml, rendered as Ansible renders it with the given variables."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    return Templar(loader=DataLoader(), variables={**ROLE_VARS, **variables}).template(ROLE_VARS[name])
+
+
 @pytest.mark.parametrize("package", ["coreutils", "nodeforge-no-such-package"])
 def test_kernel_headers_probe_on_this_debian_machine(package):
-    """The probe's own script, run on this Debian machine: dpkg answers for an installed package (no apt-cache), apt
+    """The probe's own command, run on this Debian machine: dpkg answers for an installed package (no apt-cache), apt
     for one that is not; the role's expressions read either answer as dpkg itself reports the package."""
-    probe = task(
-        "setup-Debian.yml", "Ask dpkg, then apt, whether the running kernel's headers are installed or available"
+    argv = render_vars_value(
+        "__preflight_headers_argv", ansible_facts={"os_family": "Debian"}, __preflight_kernel_headers_package=package
     )
-    environment = {**os.environ, "LC_ALL": "C", "PACKAGE": package}
-    run = subprocess.run(
-        ["/bin/sh", "-c", probe["ansible.builtin.shell"]["cmd"]],
-        capture_output=True,
-        text=True,
-        env=environment,
-        check=True,
-    )
+    run = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}, check=True)
     dpkg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True)
     name = "Record the kernel headers' apt state"
-    registered = {"__preflight_apt_policy": {"stdout": run.stdout}}
+    registered = headers_answer(run.stdout)
     detail = render("setup-Debian.yml", name, "__preflight_kernel_headers_detail", **registered)
     if dpkg.returncode == 0:
         assert "Candidate:" not in run.stdout  # dpkg answered; apt-cache did not run

@@ -16,11 +16,12 @@ def df(*paths: str) -> dict:
     commands = role_expressions.render_arg(
         "preflight",
         "main.yml",
-        "Read the node (Secure Boot, loaded modules, PCI devices, free space)",
+        "Read the node (kernel headers, Secure Boot, loaded modules, PCI devices, free space)",
         "nodeforge.gpu.probe",
         "commands",
         preflight_min_free_gb=dict.fromkeys(paths, 1),
         __preflight_secure_boot_efivar="/sys/firmware/efi/efivars/SecureBoot-x",
+        __preflight_headers_argv=[],
     )
     run = subprocess.run(commands["df"], capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
     return {"rc": run.returncode, "stdout": run.stdout.rstrip("\n"), "stderr_lines": run.stderr.splitlines()}

@@ -11,7 +11,8 @@ description:
   - For each entry of O(files), writes O(files[].content) to O(files[].path) when the file is missing or its content
     differs (to a temporary file in the same directory, then renamed over it), and sets its mode, owner and group;
     or removes the file when O(files[].state=absent).
-  - The directory of each file to write gets O(directory_mode); a missing one is created (one level).
+  - The directory of each file to write gets O(directory_mode); a missing one is created (one level, or every missing
+    level with O(parents=true)).
   - Removes every existing file matching one of O(prune) that this call does not write, such as the files an earlier
     run wrote for items no longer listed.
   - One module call instead of one per file, one per directory and a find, so that a role's run where nothing
@@ -73,6 +74,12 @@ options:
     description: Mode of the directory of each file written (created when missing, one level).
     type: str
     default: "0755"
+  parents:
+    description: >-
+      Create every missing directory above a file to write, each with O(directory_mode) (as
+      C(ansible.builtin.file state=directory) does); without it, a file whose directory's parent is missing fails.
+    type: bool
+    default: false
   prune:
     description: >-
       Glob patterns (absolute); existing files matching one of them that this call does not write are removed.
@@ -159,7 +166,9 @@ class Files:
                 self.note(directory, "directory mode set")
             return
         if not os.path.isdir(os.path.dirname(directory)):
-            self.module.fail_json(msg=f"{path}: the directory above {directory} does not exist", **self.result())
+            if not self.module.params["parents"]:
+                self.module.fail_json(msg=f"{path}: the directory above {directory} does not exist", **self.result())
+            self.parent(directory)
         if not self.module.check_mode:
             os.mkdir(directory)
             os.chmod(directory, int(mode, 8))
@@ -235,6 +244,7 @@ ARGUMENT_SPEC = {
     "group": {"type": "str"},
     "absent": {"type": "list", "elements": "path", "default": []},
     "directory_mode": {"type": "str", "default": "0755"},
+    "parents": {"type": "bool", "default": False},
     "prune": {"type": "list", "elements": "str", "default": []},
 }
 
