@@ -8,6 +8,8 @@ folds into the code still called each time.
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from ansible.template import AnsibleEnvironment, Templar
 from ansible.vars import manager as vars_manager
 from ansible.vars.manager import VariableManager
 from jinja2 import nodes
+from jinja2.environment import Environment
 
 from nodeforge import controller_caches
 
@@ -291,3 +294,128 @@ def test_mitogen_gets_the_collection_dirs_ansible_lists(tmp_path):
     assert str(repo / "collections" / "ansible_collections" / "nodeforge" / "gpu") in found["added"]
     assert str(shadow) not in found["added"]
     assert len(found["listed"]) > 50  # the ansible package's collections in the virtualenv, too
+
+
+def render_all(sources: list[str], **variables) -> list:
+    templar = Templar(DataLoader(), variables=variables)
+    return [templar.template(source) for source in sources]
+
+
+STORED = ["{{ (x | int) * 2 }}", "{% if x | int > 1 %}big{% else %}small{% endif %}", "{{ name | upper }}-{{ x }}"]
+
+
+def test_a_later_run_gets_the_code_an_earlier_run_stored(template_cache, tmp_path, monkeypatch):
+    path = str(tmp_path / "state" / "templates.marshal")
+    first = controller_caches.TemplateStore(path)
+    controller_caches.install_template_cache(controller_caches.TemplateCache(store=first))
+    assert render_all(STORED, x=1, name="a") == ["2", "small", "A-1"]
+    first.save()
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+
+    # The next run: a fresh process's cache and store, which compiles nothing and renders its own variables.
+    compiled = []
+    original = Environment.compile
+    monkeypatch.setattr(
+        Environment, "compile", lambda *args, **kwargs: compiled.append(args) or original(*args, **kwargs)
+    )
+    second = controller_caches.TemplateStore(path)
+    second.load()
+    cache = controller_caches.install_template_cache(controller_caches.TemplateCache(store=second))
+    assert render_all(STORED, x=3, name="b") == ["6", "big", "B-3"]
+    assert compiled == [] and cache.misses == 0 and second.hits == len(STORED)
+    before = os.stat(path).st_mtime_ns
+    second.save()  # it added nothing: the file stays as it is
+    assert os.stat(path).st_mtime_ns == before
+
+
+def test_templates_with_a_folded_filter_are_not_stored(template_cache, tmp_path):
+    store = controller_caches.TemplateStore(str(tmp_path / "templates.marshal"))
+    controller_caches.install_template_cache(controller_caches.TemplateCache(store=store))
+    render_all(["{{ 'a,b' | split(',') | length }}", "{{ x + 1 }}"], x=1)
+    store.save()
+    again = controller_caches.TemplateStore(store.path)
+    again.load()
+    assert len(again.stored) == 1
+
+
+def stored_file(tmp_path) -> str:
+    store = controller_caches.TemplateStore(str(tmp_path / "templates.marshal"))
+    controller_caches.install_template_cache(controller_caches.TemplateCache(store=store))
+    render_all(STORED, x=1, name="a")
+    store.save()
+    return store.path
+
+
+def loaded(path: str) -> int:
+    store = controller_caches.TemplateStore(path)
+    store.load()
+    return len(store.stored)
+
+
+def test_a_file_others_may_write_is_not_read(template_cache, tmp_path):
+    path = stored_file(tmp_path)
+    assert loaded(path) == len(STORED)
+    os.chmod(path, 0o620)
+    assert loaded(path) == 0
+
+
+def test_another_versions_or_a_damaged_file_is_not_read(template_cache, tmp_path, monkeypatch):
+    path = stored_file(tmp_path)
+    header = controller_caches.TemplateStore.header()
+    monkeypatch.setattr(
+        controller_caches.TemplateStore, "header", staticmethod(lambda: (*header[:3], "0.0", header[4]))
+    )
+    assert loaded(path) == 0
+    monkeypatch.undo()
+    Path(path).write_bytes(Path(path).read_bytes()[:50])
+    assert loaded(path) == 0
+    Path(path).write_bytes(b"")
+    assert loaded(path) == 0
+
+
+def test_the_store_keeps_the_latest_runs_templates_first_within_its_limit(template_cache, tmp_path):
+    path = str(tmp_path / "templates.marshal")
+    # (A bare "{{ a }}" never reaches Jinja's compile: Ansible looks the variable up itself.)
+    for run in (["{{ a + 0 }}", "{{ b + 0 }}"], ["{{ c + 0 }}", "{{ d + 0 }}"]):
+        store = controller_caches.TemplateStore(path, limit=3)
+        store.load()
+        controller_caches.install_template_cache(controller_caches.TemplateCache(store=store))
+        render_all(run, a=1, b=2, c=3, d=4)
+        store.save()
+    last = controller_caches.TemplateStore(path, limit=3)
+    last.load()
+    controller_caches.install_template_cache(controller_caches.TemplateCache(store=last))
+    render_all(["{{ c + 0 }}", "{{ d + 0 }}", "{{ a + 0 }}", "{{ b + 0 }}"], a=1, b=2, c=3, d=4)
+    # c and d (the latest run) and one of the older ones were kept.
+    assert last.hits == 3
+
+
+def test_playbook_runs_store_their_templates_and_a_rerun_compiles_none_anew(tmp_path):
+    from tests import local_playbook
+
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  hosts:\n    node:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    (tmp_path / "play.yml").write_text(
+        "- hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Template on the controller\n      ansible.builtin.set_fact:\n"
+        '        doubled: "{{ (n | int) * 2 }}"\n'
+        '    - name: Report\n      ansible.builtin.debug:\n        msg: "{{ doubled }}"\n'
+        "      when: doubled | int > 0\n"
+    )
+    store = tmp_path / "state" / "templates.marshal"
+    first, _ = local_playbook.run(tmp_path, "nodeforge_linear", {}, ("-e", "n=2"))
+    assert store.exists() and loaded(str(store)) > 0
+    before = store.stat().st_mtime_ns
+    second, _ = local_playbook.run(tmp_path, "nodeforge_linear", {}, ("-e", "n=5"))
+    messages = [
+        task["hosts"]["node"].get("msg")
+        for report in (first, second)
+        for play in report["plays"]
+        for task in play["tasks"]
+        if task["task"]["name"] == "Report"
+    ]
+    assert messages == ["4", "10"]
+    # Every template of the second run came from the store: it had nothing to add, so it left the file as it was.
+    assert store.stat().st_mtime_ns == before

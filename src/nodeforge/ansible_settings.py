@@ -80,6 +80,12 @@ def settings(state: Path) -> list[Setting]:
         Setting("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts"), "the fact cache, under the state directory"),
         Setting("ANSIBLE_CACHE_PLUGIN_TIMEOUT", str(FACT_CACHE_TIMEOUT_S), "cached facts expire after 30 minutes"),
         Setting(
+            "NODEFORGE_TEMPLATE_CACHE",
+            str(state / "templates.marshal"),
+            "nodeforge's strategies keep the Jinja templates a run compiled for the next runs, as Python keeps "
+            "bytecode: a re-run compiles only templates no earlier run did (docs/ansible-settings.md)",
+        ),
+        Setting(
             "ANSIBLE_STRATEGY_PLUGINS",
             os.pathsep.join([str(STRATEGY_DIR), str(mitogen_strategy_dir())]),
             "nodeforge's strategy, then Mitogen's, from the mitogen package nodeforge depends on (a caller's own "
@@ -111,7 +117,9 @@ def prepare_strategy_process() -> None:
     preload_plugins()
     mitogen_node.install()
     controller_caches.install_fact_memo()
-    controller_caches.install_template_cache()
+    controller_caches.install_template_cache(
+        controller_caches.TemplateCache(store=controller_caches.template_store_from_environment())
+    )
     controller_caches.install_module_scan_cache()
     controller_caches.install_collection_dirs_once()
 
