@@ -235,7 +235,7 @@ def test_nvidia_install_guide_source_list_is_recognised(url, tmp_path):
     probe = role_expressions.task(
         "nvidia_container_toolkit",
         "main.yml",
-        "Look for the configured runtimes, other toolkit sources, the control device and an earlier hook",
+        "Look for the configured runtimes, other toolkit sources, the control device and what the role wrote before",
     )
     variables = {
         **probe["vars"],
@@ -301,3 +301,60 @@ def test_only_the_hook_as_nodeforge_wrote_it_is_removed():
     # Read again after an install: that answer counts, not the probe's from before it.
     assert hook_removed(None, {"changed": False, "content": base64.b64encode(ours.encode()).decode()}) is True
     assert hook_removed(ours, {"changed": False, "failed": True, "msg": "file not found"}) is False
+
+
+RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+
+
+def root_given_back(content: str | None) -> bool:
+    """Whether driver_container.yml runs its give-back edit on a host-driver node, from main.yml's probe answer."""
+    task = role_expressions.task(
+        "nvidia_container_toolkit", "driver_container.yml", "Give the host driver back its root"
+    )
+    variables = {
+        **ROLE_VARS,
+        "__nvidia_container_toolkit_driver_container": False,
+        "__nvidia_container_toolkit_node": {
+            "read": {RUNTIME_CONFIG: {"exists": content is not None, "content": content}}
+        },
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return all(templar.template("{{ (" + condition + ") | bool }}") for condition in task["when"])
+
+
+def test_only_a_config_with_the_driver_containers_root_line_is_edited_back():
+    shipped = '[nvidia-container-cli]\n#root = "/run/nvidia/driver"\nenvironment = []\n'
+    set_by_nodeforge = shipped.replace('#root = "/run/nvidia/driver"', 'root = "/run/nvidia/driver"  ')
+    assert root_given_back(set_by_nodeforge) is True
+    assert root_given_back(shipped) is False
+    assert root_given_back(None) is False
+    assert root_given_back(shipped.replace("#root", 'root = "/opt/driver"\n#root')) is False
+    # lineinfile applies the same pattern to each line: what it matches, the decision matches.
+    pattern = Templar(loader=DataLoader(), variables=ROLE_VARS).template(
+        ROLE_VARS["__nvidia_container_toolkit_root_line"]
+    )
+    for text in (set_by_nodeforge, shipped, 'root\n= "/run/nvidia/driver"\n'):
+        per_line = any(re.search(pattern, line) for line in text.splitlines(keepends=True))
+        assert root_given_back(text) is per_line
+
+
+def test_only_memlock_drop_ins_found_on_the_node_are_removed():
+    task = role_expressions.task(
+        "nvidia_container_toolkit", "memlock.yml", "Remove the memlock drop-ins of services no longer configured"
+    )
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    variables = {**defaults, **ROLE_VARS, **task["vars"], "nvidia_container_toolkit_runtimes": ["containerd"]}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    unused = templar.template("{{ __nvidia_container_toolkit_memlock_unused }}")
+    dropin = ROLE_VARS["__nvidia_container_toolkit_memlock_dropin"]
+    assert sorted(unused) == [f"/etc/systemd/system/{s}.service.d/{dropin}" for s in ("crio", "docker")]
+    docker = f"/etc/systemd/system/docker.service.d/{dropin}"
+    found = {path: {"exists": path == docker} for path in ["/dev/nvidiactl", *unused]}
+    templar = Templar(loader=DataLoader(), variables={**variables, "__nvidia_container_toolkit_node": {"paths": found}})
+    assert templar.template("{{ __found }}") == [docker]
+    nothing = {path: {"exists": False} for path in found}
+    templar = Templar(
+        loader=DataLoader(), variables={**variables, "__nvidia_container_toolkit_node": {"paths": nothing}}
+    )
+    assert templar.template("{{ __found | length > 0 }}") is False

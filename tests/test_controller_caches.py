@@ -390,7 +390,21 @@ def test_the_store_keeps_the_latest_runs_templates_first_within_its_limit(templa
     assert last.hits == 3
 
 
+def constants(code) -> set:
+    """Every constant of a code object and of the code objects nested in it."""
+    found = set()
+    for constant in code.co_consts:
+        if isinstance(constant, type(code)):
+            found |= constants(constant)
+        elif isinstance(constant, (int, str)):
+            found.add(constant)
+    return found
+
+
 def test_playbook_runs_store_their_templates_and_a_rerun_compiles_none_anew(tmp_path):
+    """Two runs of a playbook with nodeforge's strategy and settings: templates of the strategy's process (set_fact,
+    a conditional) and of a forked worker (a command's arguments, templated where the task runs) are stored by the
+    first; the second renders its own values and compiles nothing, so it leaves the file as it was."""
     from tests import local_playbook
 
     (tmp_path / "hosts.yml").write_text(
@@ -403,19 +417,23 @@ def test_playbook_runs_store_their_templates_and_a_rerun_compiles_none_anew(tmp_
         '        doubled: "{{ (n | int) * 2 }}"\n'
         '    - name: Report\n      ansible.builtin.debug:\n        msg: "{{ doubled }}"\n'
         "      when: doubled | int > 0\n"
+        "    - name: Template in a worker\n      ansible.builtin.command:\n"
+        '        argv: [echo, "{{ (n | int) + 4242 }}"]\n      changed_when: false\n      register: echoed\n'
     )
     store = tmp_path / "state" / "templates.marshal"
     first, _ = local_playbook.run(tmp_path, "nodeforge_linear", {}, ("-e", "n=2"))
-    assert store.exists() and loaded(str(store)) > 0
+    assert store.exists()
+    # The worker's template (its constant is in no other) is in the store, and its own file was taken in.
+    assert any(4242 in constants(code) for code in controller_caches.TemplateStore.read(str(store)).values())
+    assert list((tmp_path / "state").glob("templates.marshal.d/*.marshal")) == []
     before = store.stat().st_mtime_ns
     second, _ = local_playbook.run(tmp_path, "nodeforge_linear", {}, ("-e", "n=5"))
-    messages = [
-        task["hosts"]["node"].get("msg")
+    outputs = [
+        task["hosts"]["node"]["stdout" if task["task"]["name"] == "Template in a worker" else "msg"]
         for report in (first, second)
         for play in report["plays"]
         for task in play["tasks"]
-        if task["task"]["name"] == "Report"
+        if task["task"]["name"] in ("Report", "Template in a worker")
     ]
-    assert messages == ["4", "10"]
-    # Every template of the second run came from the store: it had nothing to add, so it left the file as it was.
+    assert outputs == ["4", "4244", "10", "4247"]
     assert store.stat().st_mtime_ns == before

@@ -124,6 +124,16 @@ def prepare_strategy_process() -> None:
     controller_caches.install_collection_dirs_once()
 
 
+def size_mitogen_muxes(hosts: int, environ: dict | None = None) -> None:
+    """Mitogen starts one connection multiplexer per CPU at a run's first play, one after the other, each assigned a
+    share of the hosts by their name's hash; with fewer hosts in the inventory than CPUs the others would only start
+    and wait. MITOGEN_CPU_COUNT, Mitogen's own setting, becomes the smaller of the two, unless the caller set it
+    (nodeforge's strategies call this with the inventory's host count, before the first play)."""
+    environ = os.environ if environ is None else environ
+    if "MITOGEN_CPU_COUNT" not in environ:
+        environ["MITOGEN_CPU_COUNT"] = str(max(1, min(os.cpu_count() or 1, hosts)))
+
+
 def mitogen_control_path(ssh_args: list[str], option: Callable[[str], object], host: str, port, user) -> list[str]:
     """The `-o ControlPath=...` that ansible-core's ssh connection adds to its ssh command when the args ask for a
     persistent master (ControlPersist) and name no socket, for Mitogen's ssh command: the same socket for the same

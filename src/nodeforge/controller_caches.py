@@ -39,6 +39,7 @@ recently used first out.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import marshal
 import os
@@ -296,15 +297,21 @@ class TemplateStore:
     """Compiled template code kept in a file between runs, like Python's __pycache__: by a digest of the template's
     text, the compile call's arguments and stable_environment_key, in a file that names the Python (its bytecode
     tag), Jinja and ansible-core it was compiled with; another version's file is ignored. The file is read only when
-    it belongs to this user and nobody else may write it, and written whole (a temporary file renamed over it)."""
+    it belongs to this user and nobody else may write it, and written whole (a temporary file renamed over it).
+
+    The process that read it (the strategy's) writes it at its end; the workers forked from it write what they
+    compiled themselves to files of their own in `<path>.d/` (flush_worker), which that save takes in."""
 
     def __init__(self, path: str, limit: int = TEMPLATES_STORED_MAX) -> None:
         self.path = path
         self.limit = limit
+        self.owner = os.getpid()
         self.stored: dict[bytes, types.CodeType] = {}
         self.used: OrderedDict[bytes, types.CodeType] = OrderedDict()
         self.added = 0
         self.hits = 0
+        # In a forked worker: what it compiled itself and has not written yet.
+        self.worker_added: dict[bytes, types.CodeType] = {}
 
     @staticmethod
     def header() -> tuple:
@@ -318,22 +325,45 @@ class TemplateStore:
         text = repr((env_key, source, name, filename, defer_init)).encode("utf-8", "surrogatepass")
         return hashlib.blake2b(text, digest_size=20).digest()
 
-    def load(self) -> None:
-        """Read the store; a missing, foreign, unsafe, corrupt or other-version file gives an empty one."""
+    @classmethod
+    def read(cls, path: str) -> dict[bytes, types.CodeType]:
+        """A store file's entries; none for a missing, foreign, unsafe, corrupt or other-version file."""
         try:
-            with open(self.path, "rb") as handle:
+            with open(path, "rb") as handle:
                 status = os.fstat(handle.fileno())
                 foreign = status.st_uid != os.geteuid() or status.st_mode & 0o022
                 if foreign or status.st_size > TEMPLATES_STORE_BYTES_MAX:
-                    return
+                    return {}
                 header, entries = marshal.loads(handle.read())
         except (OSError, ValueError, EOFError, TypeError):
-            return
-        if header != self.header() or not isinstance(entries, dict):
-            return
-        self.stored = {
+            return {}
+        if header != cls.header() or not isinstance(entries, dict):
+            return {}
+        return {
             key: code for key, code in entries.items() if isinstance(key, bytes) and isinstance(code, types.CodeType)
         }
+
+    def write(self, path: str, entries: dict[bytes, types.CodeType]) -> bool:
+        """Write entries whole to path (0600, through a temporary file renamed over it); False when that failed."""
+        directory = os.path.dirname(path) or "."
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=directory, prefix=".templates.")
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    out.write(marshal.dumps((self.header(), entries)))
+                os.chmod(temporary, 0o600)
+                os.replace(temporary, path)
+            finally:
+                if os.path.exists(temporary):
+                    os.unlink(temporary)
+        except OSError:
+            return False  # a store that cannot be written only costs the next run its compilations
+        return True
+
+    def load(self) -> None:
+        """Read the store."""
+        self.stored = self.read(self.path)
 
     def get(self, digest: bytes) -> types.CodeType | None:
         code = self.stored.get(digest)
@@ -345,10 +375,41 @@ class TemplateStore:
     def put(self, digest: bytes, code: types.CodeType) -> None:
         if digest not in self.stored:
             self.added += 1
+            if os.getpid() != self.owner:
+                self.worker_added[digest] = code
         self.used[digest] = code
 
+    def flush_worker(self) -> None:
+        """In a forked worker: write what it compiled to a file of its own in `<path>.d/`."""
+        if os.getpid() == self.owner or not self.worker_added:
+            return
+        if self.write(os.path.join(self.path + ".d", f"{os.getpid()}.marshal"), self.worker_added):
+            self.stored.update(self.worker_added)
+            self.worker_added = {}
+
+    def take_in_workers(self) -> None:
+        """Add the workers' files to this run's templates, and remove them."""
+        directory = self.path + ".d"
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(directory, name)
+            if name.startswith(".") or not name.endswith(".marshal"):
+                continue
+            for digest, code in self.read(path).items():
+                if digest not in self.used:
+                    self.used[digest] = code
+                    if digest not in self.stored:
+                        self.added += 1
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
     def save(self) -> None:
-        """Write this run's templates and then the older ones, up to the limit; nothing when this run added none."""
+        """Write this run's templates (the workers' too) and then the older ones, up to the limit; nothing when this
+        run added none."""
+        self.take_in_workers()
         if not self.added:
             return
         entries = dict(self.used)
@@ -358,21 +419,8 @@ class TemplateStore:
             entries.setdefault(key, code)
         while len(entries) > self.limit:
             entries.pop(next(reversed(entries)))
-        directory = os.path.dirname(self.path) or "."
-        try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=directory, prefix=".templates.")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(marshal.dumps((self.header(), entries)))
-                os.chmod(temporary, 0o600)
-                os.replace(temporary, self.path)
-            finally:
-                if os.path.exists(temporary):
-                    os.unlink(temporary)
-        except OSError:
-            return  # a store that cannot be written only costs the next run its compilations
-        self.stored, self.added = entries, 0
+        if self.write(self.path, entries):
+            self.stored, self.added = entries, 0
 
 
 class TemplateCache:
@@ -456,14 +504,34 @@ def template_store_from_environment() -> TemplateStore | None:
         return _stores[path]
     store = _stores[path] = TemplateStore(path)
     store.load()
-    owner = os.getpid()
 
     def save() -> None:
-        if os.getpid() == owner:
+        if os.getpid() == store.owner:
             store.save()
 
     atexit.register(save)
+    _flush_after_each_worker(store)
     return store
+
+
+def _flush_after_each_worker(store: TemplateStore) -> None:
+    """Ansible's worker (WorkerProcess._run: one task on one host, its result already sent to the strategy when it
+    returns) writes the templates it compiled itself before it exits, off the strategy's path."""
+    from ansible.executor.process.worker import WorkerProcess
+
+    original = WorkerProcess._run
+    if getattr(original, "nodeforge_store", None) is not None:
+        original.nodeforge_store = store
+        return
+
+    def _run(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _run.nodeforge_store.flush_worker()
+
+    _run.nodeforge_store = store
+    WorkerProcess._run = _run
 
 
 # --- Mitogen's module scan ---

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ansible_mitogen.loaders
 import ansible_mitogen.strategy
 
-from nodeforge.ansible_settings import prepare_strategy_process
+from nodeforge.ansible_settings import prepare_strategy_process, size_mitogen_muxes
 from nodeforge.controller_results import ControllerResults
 
 DOCUMENTATION = """
@@ -34,4 +34,6 @@ Linear = ansible_mitogen.loaders.strategy_loader.get("linear", class_only=True)
 
 
 class StrategyModule(ControllerResults, ansible_mitogen.strategy.StrategyMixin, Linear):
-    pass
+    def __init__(self, tqm):
+        super().__init__(tqm)
+        size_mitogen_muxes(len(self._inventory.hosts))
