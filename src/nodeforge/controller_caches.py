@@ -300,7 +300,8 @@ class TemplateStore:
     it belongs to this user and nobody else may write it, and written whole (a temporary file renamed over it).
 
     The process that read it (the strategy's) writes it at its end; the workers forked from it write what they
-    compiled themselves to files of their own in `<path>.d/` (flush_worker), which that save takes in."""
+    compiled themselves to files of their own in `<path>.d/` (flush_worker, before they send their result), which
+    that save takes in."""
 
     def __init__(self, path: str, limit: int = TEMPLATES_STORED_MAX) -> None:
         self.path = path
@@ -515,23 +516,25 @@ def template_store_from_environment() -> TemplateStore | None:
 
 
 def _flush_after_each_worker(store: TemplateStore) -> None:
-    """Ansible's worker (WorkerProcess._run: one task on one host, its result already sent to the strategy when it
-    returns) writes the templates it compiled itself before it exits, off the strategy's path."""
-    from ansible.executor.process.worker import WorkerProcess
+    """Ansible's worker (one task on one host) writes the templates it compiled itself when its TaskExecutor has the
+    result, before the worker sends it: a worker still writing when the play ends would be terminated, with a
+    warning. In the strategy's own process (a controller-only task, nodeforge/controller_results.py) it does nothing.
+    """
+    from ansible.executor.task_executor import TaskExecutor
 
-    original = WorkerProcess._run
+    original = TaskExecutor.run
     if getattr(original, "nodeforge_store", None) is not None:
         original.nodeforge_store = store
         return
 
-    def _run(self, *args, **kwargs):
+    def run(self, *args, **kwargs):
         try:
             return original(self, *args, **kwargs)
         finally:
-            _run.nodeforge_store.flush_worker()
+            run.nodeforge_store.flush_worker()
 
-    _run.nodeforge_store = store
-    WorkerProcess._run = _run
+    run.nodeforge_store = store
+    TaskExecutor.run = run
 
 
 # --- Mitogen's module scan ---
