@@ -266,12 +266,13 @@ def stable_name(thing: Any) -> str | None:
     return f"{module}.{qualname}"
 
 
-def stable_environment_key(env: Any) -> str | None:
-    """environment_key with each class and function by its stable_name: the same text in every process and run for
-    the same settings and plugin directories, or None when a part has no stable name (then nothing is stored)."""
+class _Unstable(Exception):
+    """A part of an environment key has no stable name."""
 
-    class Unstable(Exception):
-        pass
+
+def stable_environment_key(env_key: tuple) -> str | None:
+    """An environment_key with each class and function by its stable_name: the same text in every process and run
+    for the same settings and plugin directories, or None when a part has no stable name (then nothing is stored)."""
 
     def stable(part: Any) -> Any:
         if part is None or isinstance(part, (str, bool, int)):
@@ -283,13 +284,13 @@ def stable_environment_key(env: Any) -> str | None:
         if isinstance(part, type) or callable(part):
             named = stable_name(part)
             if named is None:
-                raise Unstable
+                raise _Unstable
             return named
-        raise Unstable
+        raise _Unstable
 
     try:
-        return repr(stable(environment_key(env)))
-    except Unstable:
+        return repr(stable(env_key))
+    except _Unstable:
         return None
 
 
@@ -448,7 +449,7 @@ class TemplateCache:
             return code
         digest = None
         if self.store is not None:
-            stable = stable_environment_key(env)
+            stable = stable_environment_key(key[0])
             if stable is not None:
                 digest = self.store.digest(stable, str(source), name, filename, defer_init)
                 code = self.store.get(digest)
