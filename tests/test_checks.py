@@ -1071,3 +1071,22 @@ def test_profile_overrides_must_fit_the_profiles(tmp_path, overrides, expected):
     assert "group_vars/gpu_nodes.yml" in problem and expected in problem, problem
     if "gpu" in overrides.get("expected", {}):
         assert "(did you mean gpus?)" in problem
+
+
+def test_validation_action_reads_the_cli_verdict(tmp_path):
+    """The validation play's wait for the CLI (runner.run_playbook's gate): no gate, a written verdict, a CLI that
+    ended without one, a CLI that never answers."""
+    from ansible_collections.nodeforge.gpu.plugins.action.validate_inventory import cli_verdict
+
+    verdict = tmp_path / "verdict"
+    gate = {"NODEFORGE_CHECK_GATE": str(verdict), "NODEFORGE_CHECK_GATE_PID": str(os.getpid())}
+    assert cli_verdict({}) is None
+    assert cli_verdict(gate, timeout_s=0.05) == "no verdict from the nodeforge CLI in 0 s"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = {**gate, "NODEFORGE_CHECK_GATE_PID": str(gone.pid)}
+    assert cli_verdict(dead) == f"the nodeforge CLI (pid {gone.pid}) ended without a verdict"
+    verdict.write_text("refuse\n")
+    assert cli_verdict(dead) == "refuse"
+    verdict.write_text("pass")
+    assert cli_verdict(gate) == "pass"

@@ -108,10 +108,13 @@ def test_check_rejects_and_names_the_culprit(runner, tmp_path):
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_run_verbs_refuse_a_bad_inventory(runner, tmp_path, monkeypatch, verb):
-    def never(*_a, **_k):
-        raise AssertionError("ansible must not start on a bad inventory")
+    """The run's gate (the CLI's check, which the validation play waits for) refuses: the run never goes on."""
 
-    monkeypatch.setattr(cli, "run_playbook", never)
+    def refused_first(_playbook, _opts, on_tick=None, gate=None, **_kw):
+        gate()
+        raise AssertionError("the check let a bad inventory through to the run")
+
+    monkeypatch.setattr(cli, "run_playbook", refused_first)
     (tmp_path / "hosts.yml").write_text("all:\n  children:\n    gpu_nodes:\n      hosts:\n        n1:\n")
     result = runner.invoke(main, [verb, "-i", str(tmp_path)])
     assert result.exit_code == 1

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -185,3 +187,89 @@ def test_announcements_and_warnings_reach_the_operator(local_inventory):
     summary = console.export_text()
     assert "notice localnode: localnode: docker is not restarted: 2 running container(s) would be stopped" in summary
     assert result.as_dict()["notices"] == {"localnode": notices}
+
+
+def _events(task: str, kind: str) -> list[dict]:
+    """The events of `kind` for `task` in every run's artifacts under this test's state directory."""
+    found = []
+    for path in (state_dir() / "runner" / "artifacts").glob("*/job_events/*.json"):
+        data = json.loads(path.read_text())
+        if data.get("event") == kind and data.get("event_data", {}).get("task") == task:
+            found.append(data)
+    return found
+
+
+CHECK_TASK, NODE_TASK = "Check the inventory as nodeforge check does", "Stand for a node task"
+
+
+def _once_the_validation_task_waits() -> None:
+    """A gate that returns once ansible-playbook has reached the validation task (so the run started before the
+    check ended), half a second later."""
+    deadline = time.monotonic() + 120
+    while not _events(CHECK_TASK, "runner_on_start"):
+        assert time.monotonic() < deadline, "ansible-playbook never reached the validation task"
+        time.sleep(0.05)
+    time.sleep(0.5)
+
+
+def test_gate_holds_the_node_tasks_until_the_check_passes(local_inventory):
+    """The caller's check runs while ansible-playbook starts; the validation play waits for its verdict: the first
+    node task starts only after the check returned."""
+    passed_at = {}
+
+    def gate() -> None:
+        _once_the_validation_task_waits()
+        passed_at["t"] = time.time()
+
+    result = run_playbook(str(PLAYBOOKS / "validated.yml"), RunOptions(inventory=str(local_inventory)), gate=gate)
+    assert result.exit_code == EXIT_OK, result.failures
+    [started] = _events(NODE_TASK, "runner_on_start")
+    node_task_at = datetime.fromisoformat(started["created"]).replace(tzinfo=UTC).timestamp()
+    assert node_task_at >= passed_at["t"], (node_task_at, passed_at)
+    assert not list((state_dir() / "runner" / "gates").iterdir()), "the verdict file outlived its run"
+
+
+def test_a_refusing_gate_stops_the_run_before_any_node_task(local_inventory):
+    def gate() -> None:
+        _once_the_validation_task_waits()
+        raise SystemExit(1)
+
+    started = time.monotonic()
+    with pytest.raises(SystemExit):
+        run_playbook(str(PLAYBOOKS / "validated.yml"), RunOptions(inventory=str(local_inventory)), gate=gate)
+    assert time.monotonic() - started < 60
+    assert _events(CHECK_TASK, "runner_on_start")
+    assert not _events(NODE_TASK, "runner_on_start")
+
+
+def test_a_playbook_without_the_validation_play_is_checked_before_it_starts(local_inventory, tmp_path):
+    """success.yml does not wait for a verdict: the gate runs first, and a refusal means ansible-playbook never
+    starts."""
+    with pytest.raises(SystemExit):
+        run_playbook(str(PLAYBOOKS / "success.yml"), RunOptions(inventory=str(local_inventory)), gate=lambda: exit(1))
+    assert not list((state_dir() / "runner" / "artifacts").glob("*/job_events"))
+    assert not list((state_dir() / "runner" / "extravars").iterdir())
+
+
+def test_operator_extra_vars_reach_the_run_through_private_files(local_inventory, tmp_path):
+    """-e as given (k=v, JSON, @file relative to the caller's directory) is read by ansible-playbook in order, the
+    caller's own extravars win; inline values never appear on the recorded command line."""
+    marker = tmp_path / "marker"
+    (tmp_path / "more.yml").write_text("marker_content: from-the-file\n")
+    opts = RunOptions(
+        inventory=str(local_inventory),
+        extra_vars_args=("marker_path=/nowhere marker_content=s3cret", '{"marker_content": "json"}', "@more.yml"),
+        extravars={"marker_path": str(marker)},
+    )
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        result = run_playbook(str(PLAYBOOKS / "success.yml"), opts)
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == EXIT_OK, result.failures
+    assert marker.read_text() == "from-the-file\n"
+    command = json.loads(Path(result.artifacts, "command").read_text())["command"]
+    assert f"@{tmp_path / 'more.yml'}" in command
+    assert not any("s3cret" in part or "marker_content" in part for part in command), command
+    assert not list((state_dir() / "runner" / "extravars").iterdir())

@@ -500,7 +500,8 @@ def test_cli_writes_every_report_and_exits_non_zero(tmp_path, monkeypatch):
     )
     seen = {}
 
-    def fake_run(playbook, opts, on_tick=None):
+    def fake_run(playbook, opts, on_tick=None, gate=None):
+        gate()  # the CLI's check of the inventory, as run_playbook calls it
         seen["playbook"], seen["extravars"] = playbook, opts.extravars
         return _mixed()
 

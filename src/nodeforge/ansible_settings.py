@@ -30,7 +30,6 @@ CONTROL_PERSIST_S = 120
 # them past any timeout (ConnectTimeout covers new connections only).
 SERVER_ALIVE_INTERVAL_S = 5
 SERVER_ALIVE_COUNT_MAX = 3
-FORKS_MIN = 5  # Ansible's own default
 FORKS_MAX = 64  # each fork is a controller process and an SSH session
 # Mitogen's linear strategy without its CPU pinning (src/nodeforge/strategy/nodeforge_linear.py).
 STRATEGY = "nodeforge_linear"
@@ -228,12 +227,14 @@ def environment(state: Path, caller: Mapping[str, str] | None = None) -> dict[st
     return chosen
 
 
-def forks(hosts: int, caller: Mapping[str, str] | None = None) -> int | None:
-    """Forks sized to the hosts a run targets (at least Ansible's 5, at most 64); None when ANSIBLE_FORKS is set."""
+def forks(caller: Mapping[str, str] | None = None) -> int | None:
+    """The forks a run gets: at most 64 workers; None when ANSIBLE_FORKS is set. ansible-core starts
+    min(forks, hosts in the play's batch) workers (TaskQueueManager.run), so a run over 16 nodes works on all 16 at
+    once and a 1-node run starts one worker, without reading the inventory before ansible-playbook starts."""
     caller = os.environ if caller is None else caller
     if "ANSIBLE_FORKS" in caller:
         return None
-    return max(FORKS_MIN, min(hosts, FORKS_MAX))
+    return FORKS_MAX
 
 
 def fact_cache(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -8,14 +8,20 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
-from nodeforge import __version__, ansible_settings, checks, lab, lab_vm, report, scaffold, validate_report
-from nodeforge.collection import inventory_check
+from nodeforge import __version__, ansible_settings, lab, lab_vm, report, validate_report
 from nodeforge.runner import EXIT_ERROR, RunOptions, RunResult, run_playbook
+
+if TYPE_CHECKING:
+    from nodeforge import checks
+
+# What loads ansible-core (the check: nodeforge.checks, nodeforge.collection; the verbs whose options come from the
+# collection: k8s, upgrade, plan) is imported where it is used, not here: a run verb starts ansible-playbook first and
+# reads the inventory beside it (run_verb), so the CLI's start costs a run little more than ansible-runner's own.
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,9 @@ class Inputs:
     def read(self) -> tuple[list[checks.Problem], dict[str, Any]]:
         """The inventory's problems, and the -e values for the run, read once with the vault secrets (so that a
         vault-encrypted -e @file opens for the run exactly as for the check)."""
+        from nodeforge import checks
+        from nodeforge.collection import inventory_check
+
         try:
             view = checks.load(list(self.inventory), self.extra_vars, self.vault_ids, self.vault_password_files)
         except checks.CheckInputError as exc:
@@ -171,17 +180,19 @@ def run_verb(
     watch: Any = None,
     **kw: Any,
 ) -> int:
-    """Check the inventory, then run the verb's playbook; `extravars` are the CLI's own (e.g. where render writes),
-    set over the operator's -e values. `present(console, result)`, when given, shows the result and returns the exit
-    code in place of the run summary; `watch(console, progress)`, when given, sees the run's progress at each tick."""
+    """Run the verb's playbook with the inventory checked first: the check runs while ansible-playbook starts, and the
+    playbook's validation play waits for its verdict before any node task (runner.run_playbook's gate); a refused
+    inventory stops the run and exits here. `extravars` are the CLI's own (e.g. where render writes), set over the
+    operator's -e values. `present(console, result)`, when given, shows the result and returns the exit code in place
+    of the run summary; `watch(console, progress)`, when given, sees the run's progress at each tick."""
     spec = spec or VERBS[verb]
     console = _console(json_mode)
-    checked = validate_or_exit(console, inputs, json_mode)
-    if kw.get("forks") is None:  # sized to the hosts the run targets, unless ANSIBLE_FORKS says otherwise
-        kw["forks"] = ansible_settings.forks(len(inputs.view.inventory.list_hosts(kw.get("limit") or "all")))
+    if kw.get("forks") is None:  # Ansible starts no more workers than a play has hosts: the shipped cap sizes them
+        kw["forks"] = ansible_settings.forks()
     opts = RunOptions(
         inventory=list(inputs.inventory),
-        extravars={**checked, **(extravars or {})},
+        extravars=extravars or {},
+        extra_vars_args=inputs.extra_vars,
         vault=inputs.vault_cmdline(),
         check=kw.pop("check", False) or spec.check,
         diff=kw.pop("diff", False) or spec.diff,
@@ -197,7 +208,8 @@ def run_verb(
                 watch(console, progress)
                 tick(progress)
 
-        result = run_playbook(spec.playbook, opts, on_tick=on_tick, **extra)
+        gate = lambda: validate_or_exit(console, inputs, json_mode)  # noqa: E731
+        result = run_playbook(spec.playbook, opts, on_tick=on_tick, gate=gate, **extra)
     if present is not None:
         return present(console, result)
     if json_mode:
@@ -207,7 +219,32 @@ def run_verb(
     return result.exit_code
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group: k8s, upgrade and plan are registered when first asked for (their options' choices and
+    defaults come from the collection, which loads ansible-core); every other verb at import."""
+
+    LAZY = ("k8s", "plan", "upgrade")
+    _lazy_registered = False
+
+    def _register_lazy(self) -> None:
+        if not self._lazy_registered:
+            self._lazy_registered = True
+            from nodeforge import k8s, upgrade_cli
+
+            k8s.register(self)
+            upgrade_cli.register(self)
+            _register_plan(self, upgrade_cli)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY:
+            self._register_lazy()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nodeforge")
 def main() -> None:
     """nodeforge: provision bare-metal GPU/RDMA servers into validated Kubernetes workers."""
@@ -325,6 +362,8 @@ def check(json_mode: bool, **kw: Any) -> None:
 @click.option("--os", "node_os", default="", help="Declare nodeforge_os (e.g. rocky9, ubuntu24.04, debian12).")
 def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: str) -> None:
     """Scaffold an inventory in DIRECTORY from a hardware profile."""
+    from nodeforge import scaffold  # the profiles' specs come from the collection
+
     try:
         written = scaffold.write(directory, profile, nodes, host_prefix, node_os)
     except scaffold.ScaffoldError as exc:
@@ -433,25 +472,24 @@ def lab_status(name: str) -> None:
     console.print(f"known_hosts: {lab.known_hosts_path(name)}", soft_wrap=True)
 
 
-from nodeforge import k8s, upgrade_cli  # noqa: E402  (the k8s group and upgrade register themselves on main)
-
-k8s.register(main)
-upgrade_cli.register(main)
-
 UPGRADE_ONLY = ("component", "to_version", "batch", "max_unavailable", "resume", "allow_downgrade")
 
 
-@main.command(name="plan", help=VERBS["plan"].help)
-@ansible_options
-@upgrade_cli.upgrade_options
-@click.option("--upgrade", "upgrade_mode", is_flag=True, help="Show the schedule of `nodeforge upgrade` instead.")
-def plan(upgrade_mode: bool, **kw: Any) -> None:
-    options = {k: kw.pop(k) for k in (*UPGRADE_ONLY, "drain")}
-    if upgrade_mode:
-        upgrade_cli.plan_upgrade(kw, options)
-    if any(options[k] for k in UPGRADE_ONLY) or options["drain"] != "none":
-        raise click.UsageError(f"--{', --'.join(k.replace('_', '-') for k in UPGRADE_ONLY)} and --drain need --upgrade")
-    sys.exit(run_verb("plan", _inputs(kw), kw.pop("json_mode"), **kw))
+def _register_plan(group: click.Group, upgrade_cli: Any) -> None:
+    """`plan`, with `nodeforge upgrade`'s options for `plan --upgrade` (registered by _Main when first asked for)."""
+
+    @group.command(name="plan", help=VERBS["plan"].help)
+    @ansible_options
+    @upgrade_cli.upgrade_options
+    @click.option("--upgrade", "upgrade_mode", is_flag=True, help="Show the schedule of `nodeforge upgrade` instead.")
+    def plan(upgrade_mode: bool, **kw: Any) -> None:
+        options = {k: kw.pop(k) for k in (*UPGRADE_ONLY, "drain")}
+        if upgrade_mode:
+            upgrade_cli.plan_upgrade(kw, options)
+        if any(options[k] for k in UPGRADE_ONLY) or options["drain"] != "none":
+            flags = ", --".join(k.replace("_", "-") for k in UPGRADE_ONLY)
+            raise click.UsageError(f"--{flags} and --drain need --upgrade")
+        sys.exit(run_verb("plan", _inputs(kw), kw.pop("json_mode"), **kw))
 
 
 if __name__ == "__main__":  # pragma: no cover

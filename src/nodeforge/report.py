@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from nodeforge.checks import Problem
 from nodeforge.runner import COUNTERS, Progress, RunResult
+
+if TYPE_CHECKING:  # the check's modules load ansible-core: a run verb loads them beside its run (cli.run_verb)
+    from nodeforge.checks import Problem
 
 STYLES = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "magenta"}
 

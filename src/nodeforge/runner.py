@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import ansible_runner
+import yaml
 
 from nodeforge import ansible_settings, content
 
@@ -48,6 +50,9 @@ class RunOptions:
     tags: str | None = None
     skip_tags: str | None = None
     extravars: dict[str, Any] = field(default_factory=dict)
+    # The operator's -e values as given (k=v, JSON/YAML, @file), read by ansible-playbook itself, in order; the
+    # caller's own `extravars` come after them and win.
+    extra_vars_args: tuple[str, ...] = ()
     check: bool = False
     diff: bool = False
     verbosity: int = 0
@@ -211,13 +216,73 @@ class Canceller:
         self.requested.set()
 
 
-def _cmdline(opts: RunOptions) -> str | None:
-    parts = list(opts.vault)
+# The validation play (nodeforge.gpu.validate_inventory) waits for the verdict the CLI writes to this file, while
+# the process of this pid lives: a run the CLI checks beside ansible-playbook's start touches no node before it passed.
+GATE_ENV, GATE_PID_ENV = "NODEFORGE_CHECK_GATE", "NODEFORGE_CHECK_GATE_PID"
+VALIDATION_PLAYBOOK = "nodeforge.gpu.validate_inventory"
+PEXPECT_TIMEOUT_S = 0.2
+
+
+def _cmdline(opts: RunOptions, extra_vars: list[str]) -> str | None:
+    parts = [*opts.vault, *extra_vars]
     if opts.check:
         parts.append("--check")
     if opts.diff:
         parts.append("--diff")
-    return " ".join(parts) or None
+    return shlex.join(parts) or None
+
+
+def _extra_vars_args(values: tuple[str, ...], directory: Path, ident: str) -> tuple[list[str], list[Path]]:
+    """The operator's -e values as ansible-playbook arguments, each `-e @file`: a file named by the operator by its
+    absolute path (ansible-playbook runs in the playbook's directory), an inline value through a 0600 file removed
+    after the run, never on the argv that ps and the artifacts show. Inline values are read as ansible-core reads -e:
+    JSON/YAML when they open with { or [, else k=v pairs."""
+    args: list[str] = []
+    files: list[Path] = []
+    for n, value in enumerate(values):
+        if value.startswith("@"):
+            args += ["-e", "@" + os.path.abspath(os.path.expanduser(value[1:]))]
+            continue
+        text = value
+        if value[:1] not in ("{", "["):
+            from ansible.parsing.splitter import parse_kv
+
+            try:
+                text = json.dumps(parse_kv(value))
+            except Exception:  # the check names this -e, and the run stops before any node task
+                text = value
+        files.append(_write_private(directory / f"{ident}.{n}.yml", text))
+        args += ["-e", f"@{files[-1]}"]
+    return args, files
+
+
+def _gated(playbook: Path, opts: RunOptions) -> bool:
+    """Whether the playbook opens with the validation play and the run keeps it (it is tagged always)."""
+    if "always" in (opts.skip_tags or "").replace(" ", "").split(","):
+        return False
+    try:
+        plays = yaml.load(playbook.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except (OSError, yaml.YAMLError):
+        return False
+    first = plays[0] if isinstance(plays, list) and plays and isinstance(plays[0], dict) else {}
+    imported = first.get("ansible.builtin.import_playbook") or first.get("import_playbook")
+    return imported == VALIDATION_PLAYBOOK
+
+
+def _decide(gate: Any, verdict: Path, canceller: Canceller, thread: threading.Thread) -> None:
+    """Run the caller's check while ansible-playbook starts; write its verdict for the validation play. A check that
+    raises (a refused inventory: SystemExit, a bad -e) stops the run, which then raises it."""
+    passed = False
+    try:
+        gate()
+        passed = True
+    finally:
+        staged = verdict.with_suffix(".new")
+        _write_private(staged, "pass" if passed else "refuse")
+        os.replace(staged, verdict)
+        if not passed:
+            canceller.request()
+            thread.join()
 
 
 def run_playbook(
@@ -226,8 +291,13 @@ def run_playbook(
     on_tick: Any = None,
     canceller: Canceller | None = None,
     install_signal_handlers: bool = True,
+    gate: Any = None,
 ) -> RunResult:
-    """Run a playbook (a name under content/playbooks or a path); block until it ends, calling on_tick(progress)."""
+    """Run a playbook (a name under content/playbooks or a path); block until it ends, calling on_tick(progress).
+
+    `gate`, when given, is the caller's check of the inputs: called while ansible-playbook starts when the playbook
+    opens with the validation play (which then waits for its verdict before any node task), else before the start.
+    When it raises, the run is stopped and the exception propagates."""
     path = Path(playbook)
     if not path.is_absolute() and not path.exists():
         path = content.playbook(playbook)
@@ -236,7 +306,23 @@ def run_playbook(
     private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
     # -e values go to ansible-playbook as `-e @file` (a 0600 file removed after the run), never on its argv.
+    # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect
+    # within pexpect_timeout seconds, not its default 5, while ansible-playbook prints nothing. Read from env/settings
+    # only (a `settings` argument is dropped when that file is missing).
+    _write_private(private / "env" / "settings", json.dumps({"pexpect_timeout": PEXPECT_TIMEOUT_S}))
     extravars_file = _write_private(private / "extravars" / f"{ident}.json", json.dumps(opts.extravars or {}))
+    extra_vars, extra_files = _extra_vars_args(opts.extra_vars_args, private / "extravars", ident)
+    gate_file = None
+    if gate is not None and _gated(path, opts):
+        gate_file = private / "gates" / ident
+        gate_file.parent.mkdir(mode=0o700, exist_ok=True)
+    elif gate is not None:
+        try:
+            gate()
+        except BaseException:
+            for leftover in (extravars_file, *extra_files):
+                leftover.unlink(missing_ok=True)
+            raise
     progress = Progress()
     canceller = canceller or Canceller()
     envvars = {
@@ -256,6 +342,7 @@ def run_playbook(
         # Pipelining, SSH multiplexing, the fact cache, the strategy (ansible_settings.py), unless the caller set them.
         **ansible_settings.environment(state_dir()),
         **opts.envvars,
+        **({GATE_ENV: str(gate_file), GATE_PID_ENV: str(os.getpid())} if gate_file else {}),
     }
     kwargs: dict[str, Any] = {
         "private_data_dir": str(private),
@@ -271,7 +358,7 @@ def run_playbook(
         "skip_tags": opts.skip_tags,
         "verbosity": opts.verbosity or None,
         "forks": opts.forks,
-        "cmdline": _cmdline(opts),
+        "cmdline": _cmdline(opts, extra_vars),
         "event_handler": progress.handle,
         "cancel_callback": canceller,
         "suppress_env_files": True,
@@ -293,13 +380,16 @@ def run_playbook(
     umask = os.umask(0o077)
     try:
         thread, runner = ansible_runner.run_async(**kwargs)
+        if gate_file is not None:
+            _decide(gate, gate_file, canceller, thread)
         while thread.is_alive():
             thread.join(0.1)
             if on_tick:
                 on_tick(progress)
     finally:
         os.umask(umask)
-        extravars_file.unlink(missing_ok=True)
+        for leftover in (extravars_file, *extra_files, *([gate_file] if gate_file else [])):
+            leftover.unlink(missing_ok=True)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         _seal_artifacts(private / "artifacts", ident)
