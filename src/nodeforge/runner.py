@@ -305,11 +305,11 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True, mode=0o700)
     private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
-    # -e values go to ansible-playbook as `-e @file` (a 0600 file removed after the run), never on its argv.
     # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect
     # within pexpect_timeout seconds, not its default 5, while ansible-playbook prints nothing. Read from env/settings
     # only (a `settings` argument is dropped when that file is missing).
     _write_private(private / "env" / "settings", json.dumps({"pexpect_timeout": PEXPECT_TIMEOUT_S}))
+    # -e values go to ansible-playbook as `-e @file` (a 0600 file removed after the run), never on its argv.
     extravars_file = _write_private(private / "extravars" / f"{ident}.json", json.dumps(opts.extravars or {}))
     extra_vars, extra_files = _extra_vars_args(opts.extra_vars_args, private / "extravars", ident)
     gate_file = None
