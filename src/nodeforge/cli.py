@@ -110,8 +110,8 @@ class Inputs:
             self.ask_vault_pass = False
 
     def read(self) -> tuple[list[checks.Problem], dict[str, Any]]:
-        """The inventory's problems, and the -e values for the run, read once with the vault secrets (so that a
-        vault-encrypted -e @file opens for the run exactly as for the check)."""
+        """The inventory's problems, and the -e values as Ansible reads them with the vault secrets (a run's
+        ansible-playbook reads the same -e values itself, with the same vault options: runner.RunOptions)."""
         from nodeforge import checks
         from nodeforge.collection import inventory_check
 
@@ -157,12 +157,12 @@ def ansible_options(func: Any, json_option: bool = True) -> Any:
     return func
 
 
-def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> dict[str, Any]:
-    """The static check, run before any node is touched; exits non-zero on any problem, else returns the -e values."""
-    problems, extravars = inputs.read_or_exit(json_mode)
+def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> None:
+    """The static check, run before any node is touched; prints its warnings, exits non-zero on any problem."""
+    problems, _ = inputs.read_or_exit(json_mode)
     report.print_warnings(console, inputs.warnings)
     if not problems:
-        return extravars
+        return
     if json_mode:
         payload = {"status": "invalid", "problems": [p.as_dict() for p in problems]}
         report.print_json(Console(), {**payload, "warnings": [w.as_dict() for w in inputs.warnings]})

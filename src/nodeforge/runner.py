@@ -305,6 +305,9 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True, mode=0o700)
     private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
+    gated = gate is not None and _gated(path, opts)
+    if gate is not None and not gated:
+        gate()  # before anything of the run is written: a refusal leaves nothing behind
     # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect
     # within pexpect_timeout seconds, not its default 5, while ansible-playbook prints nothing. Read from env/settings
     # only (a `settings` argument is dropped when that file is missing).
@@ -312,17 +315,9 @@ def run_playbook(
     # -e values go to ansible-playbook as `-e @file` (a 0600 file removed after the run), never on its argv.
     extravars_file = _write_private(private / "extravars" / f"{ident}.json", json.dumps(opts.extravars or {}))
     extra_vars, extra_files = _extra_vars_args(opts.extra_vars_args, private / "extravars", ident)
-    gate_file = None
-    if gate is not None and _gated(path, opts):
-        gate_file = private / "gates" / ident
+    gate_file = private / "gates" / ident if gated else None
+    if gate_file is not None:
         gate_file.parent.mkdir(mode=0o700, exist_ok=True)
-    elif gate is not None:
-        try:
-            gate()
-        except BaseException:
-            for leftover in (extravars_file, *extra_files):
-                leftover.unlink(missing_ok=True)
-            raise
     progress = Progress()
     canceller = canceller or Canceller()
     envvars = {
