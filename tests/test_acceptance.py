@@ -416,6 +416,23 @@ def test_ib_write_bw_damaged():
     assert parse_error(acceptance.ib_write_bw, header_only).message == "the report has a header and no result"
 
 
+def test_ib_write_bw_whose_clock_perftest_could_not_measure_is_no_measurement():
+    # Soft-RoCE in a busy emulated guest: perftest's clock fit failed after the transfer, so it printed 0.00.
+    unmeasured = output("ib-write-bw-soft-roce-tcg-clock-unmeasured.txt")
+    error = parse_error(acceptance.ib_write_bw, unmeasured)
+    assert error.line == "Correlation coefficient r^2: 0.825887 < 0.9"
+    assert "could not measure the CPU clock" in error.message and "r^2 0.825887" in error.message
+    result = acceptance.evaluate_ib_write_bw(unmeasured, 2.0)
+    assert (result["status"], result["measured"]) == ("fail", None)
+    assert acceptance.perftest_clock_unmeasured(unmeasured) is True
+    # A measured report, and one that never reached its server, are results, not worth another run.
+    assert acceptance.perftest_clock_unmeasured(output("ib-write-bw-redbook-004.txt")) is False
+    assert acceptance.perftest_clock_unmeasured(output("ib-write-bw-redbook-004-mr-failure.txt")) is False
+    # The message beside a report with a rate (a clock perftest did measure) leaves the report as it is.
+    measured = "Correlation coefficient r^2: 0.85 < 0.9\n" + output("ib-write-bw-redbook-004.txt")
+    assert acceptance.ib_write_bw(measured)["bw_avg"] == 11264.11
+
+
 def test_rdma_threshold():
     assert acceptance.rdma_threshold_mbs(100) == 11250.0
     assert acceptance.rdma_threshold_mbs(400) == 45000.0

@@ -1004,10 +1004,15 @@ def test_validate_thresholds_are_checked(tmp_path):
     found = messages(
         write_inventory(
             tmp_path,
-            {"validate_rdma_min_bw_mbs": 20000, "validate_rdma_fraction": 1.5, "validate_nccl_max_latency_us": 0},
+            {
+                "validate_rdma_min_bw_mbs": 20000,
+                "validate_rdma_fraction": 1.5,
+                "validate_nccl_max_latency_us": 0,
+                "validate_ib_write_bw_attempts": 0,
+            },
         )
     )
-    assert len(found) == 3, found
+    assert len(found) == 4, found
     [floor] = [p for p in found if "validate_rdma_min_bw_mbs" in p]
     assert "group_vars/gpu_nodes.yml: group gpu_nodes, for hosts node-01, node-02: validate_rdma_min_bw_mbs" in floor
     assert "found 20000 MB/s on profile dgx-1 (HCAs at 100 Gb/s: at most 12500 MB/s)" in floor
@@ -1016,6 +1021,8 @@ def test_validate_thresholds_are_checked(tmp_path):
         in " ".join(found)
     )
     assert "validate_nccl_max_latency_us: found 0; expected a number above 0 (microseconds)" in " ".join(found)
+    attempts = "validate_ib_write_bw_attempts: found 0; expected a number above 0 (runs of ib_write_bw per HCA)"
+    assert attempts in " ".join(found)
 
 
 def test_validate_threshold_types_are_checked(tmp_path):

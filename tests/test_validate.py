@@ -343,6 +343,43 @@ def test_rdma_pairs_from_the_inventory():
     assert validate.rdma_pairs(["a", "b"], {"a": "zz"}) == []
 
 
+def test_ib_write_bw_runs_again_only_where_perftest_could_not_measure_its_clock():
+    """The role's attempts (tasks/ib_write_bw.yml): every HCA at first; then only those whose last run's clock
+    perftest could not measure; each run counted, and the last one reported with its count."""
+    hcas = ["mlx5_0", "mlx5_1", "mlx5_2"]
+    assert validate.ib_write_bw_todo({}, hcas) == hcas
+    measured = output("ib-write-bw-redbook-004.txt")
+    unmeasured = output("ib-write-bw-soft-roce-tcg-clock-unmeasured.txt")
+    stdout, stderr = unmeasured.split("Couldn't connect", 1)
+    first = [
+        {"item": {"name": "mlx5_0"}, "stdout": measured, "rc": 0},
+        # perftest's rates on stdout, its clock's complaint on stderr, exit 0 (-F): as the role's command gets them.
+        {"item": {"name": "mlx5_1"}, "stdout": stdout, "stderr": "Couldn't connect" + stderr, "rc": 0},
+        {"item": {"name": "mlx5_2"}, "stdout": "", "stderr": "Couldn't connect to dgx02:18517", "rc": 1},
+    ]
+    runs = validate.ib_write_bw_runs(None, first)
+    assert {name: run["attempt"] for name, run in runs.items()} == dict.fromkeys(hcas, 1)
+    # The unreachable server is a result (a failed check), not a reason to run again.
+    assert validate.ib_write_bw_todo(runs, hcas) == ["mlx5_1"]
+    second = [{"item": {"name": name}, "skipped": True} for name in ("mlx5_0", "mlx5_2")]
+    second.insert(1, {"item": {"name": "mlx5_1"}, "stdout": measured, "rc": 0})
+    runs = validate.ib_write_bw_runs(runs, second)
+    assert {name: run["attempt"] for name, run in runs.items()} == {"mlx5_0": 1, "mlx5_1": 2, "mlx5_2": 1}
+    assert runs["mlx5_0"]["stdout"] == measured and validate.ib_write_bw_todo(runs, hcas) == []
+    checks = by_check(validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": runs}, expect("dgx-1"), "dgx01"))
+    again = checks["ib_write_bw[mlx5_1 <-> dgx02]"]
+    assert (again["status"], again["measured"]) == ("pass", 11811.28)
+    assert again["reason"].endswith("; run 2 times (perftest could not measure its CPU clock before)")
+    assert "run " not in checks["ib_write_bw[mlx5_0 <-> dgx02]"]["reason"]
+    # Still unmeasured after the last attempt: a failed check that says why, not a bandwidth of 0.
+    last = validate.ib_write_bw_runs(runs, [{**first[1], "item": {"name": "mlx5_1"}}])
+    check = by_check(validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": last}, expect("dgx-1"), "x"))[
+        "ib_write_bw[mlx5_1 <-> dgx02]"
+    ]
+    assert (check["status"], check["measured"]) == ("fail", None)
+    assert "could not measure the CPU clock" in check["reason"] and "run 3 times" in check["reason"]
+
+
 def test_perf_checks_judge_ib_write_bw_against_the_line_rate():
     exp = expect("dgx-1")
     ib = [{"item": {"name": f"mlx5_{i}"}, "stdout": output("ib-write-bw-redbook-004.txt"), "rc": 0} for i in range(4)]
@@ -606,9 +643,19 @@ def test_doca_is_judged_by_its_profile_package():
 
 
 FAKE_PERFTEST = """#!/bin/sh
-# Stand-in for perftest's ib_write_bw (no HCA here): records its arguments, prints the Redbook's captured report.
-echo "$*" >> "$(dirname "$0")/calls"
-cat "$(dirname "$0")/report.txt"
+# Stand-in for perftest's ib_write_bw (no HCA here): records its arguments, prints the Redbook's captured report; the
+# first client run on mlx5_1 prints what a real one printed where perftest could not measure its CPU clock.
+here="$(dirname "$0")"
+echo "$*" >> "$here/calls"
+case "$*" in
+  "-d mlx5_1 "*" 127.0.0.1")
+    if [ ! -e "$here/unmeasured.done" ]; then
+      touch "$here/unmeasured.done"
+      cat "$here/unmeasured.stdout"; cat "$here/unmeasured.stderr" >&2
+      exit 0
+    fi
+esac
+cat "$here/report.txt"
 """
 
 
@@ -616,12 +663,16 @@ cat "$(dirname "$0")/report.txt"
 def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_thresholds(tmp_path, monkeypatch):
     """--perf through the real playbook on three local hosts of profile dgx-1 (four HCAs): n1 serves n2, n3 has no
     peer. ib_write_bw is a stand-in that prints the Redbook's captured report (11811.28 MB/s): n2 passes the
-    default floor (11250), n1's raised floor (12000, a host variable) fails the same links."""
+    default floor (11250), n1's raised floor (12000, a host variable) fails the same links. Its first client run on
+    mlx5_1 prints a report whose clock perftest could not measure: that pair runs again, server and client."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ib_write_bw").write_text(FAKE_PERFTEST)
     (bin_dir / "ib_write_bw").chmod(0o755)
     (bin_dir / "report.txt").write_text(output("ib-write-bw-redbook-004.txt"))
+    stdout, stderr = output("ib-write-bw-soft-roce-tcg-clock-unmeasured.txt").split("Couldn't connect", 1)
+    (bin_dir / "unmeasured.stdout").write_text(stdout)
+    (bin_dir / "unmeasured.stderr").write_text("Couldn't connect" + stderr)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     inventory = tmp_path / "hosts.yml"
     local = {
@@ -642,13 +693,19 @@ def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_threshol
     calls = sorted((bin_dir / "calls").read_text().splitlines())
     hcas = [f"mlx5_{i}" for i in range(4)]
     servers = [f"-d {h} -i 1 -p {18515 + i} -F -s 65536" for i, h in enumerate(hcas)]
-    assert calls == sorted(servers + [f"{s} 127.0.0.1" for s in servers])
+    # Every HCA once, and mlx5_1's pair a second time (its server first: the client's retry has one to reach).
+    again = servers[1]
+    assert calls == sorted([*servers, again] + [f"{s} 127.0.0.1" for s in [*servers, again]])
+    lines = (bin_dir / "calls").read_text().splitlines()
+    assert again in lines[lines.index(f"{again} 127.0.0.1") :]
     checks = {host: {c["check"]: c for c in entry["checks"]} for host, entry in report["hosts"].items()}
     for hca in hcas:
         client = checks["n2"][f"ib_write_bw[{hca} <-> n1]"]
         assert (client["status"], client["measured"], client["expected"]) == ("pass", 11811.28, 11250.0)
         server = checks["n1"][f"ib_write_bw[{hca} <-> n2]"]
         assert (server["status"], server["measured"], server["expected"]) == ("fail", 11811.28, 12000.0)
+        retried = "; run 2 times (perftest could not measure its CPU clock before)"
+        assert client["reason"].endswith(retried) is server["reason"].endswith(retried) is (hca == "mlx5_1"), client
     assert checks["n3"]["ib_write_bw"]["status"] == "na"
 
 

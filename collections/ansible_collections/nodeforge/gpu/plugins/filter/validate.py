@@ -15,10 +15,14 @@ description:
   - C(validate_sections) splits a nodeforge validate probe's stdout into a dict of sections, each with output and rc.
   - C(validate_selinux_store) names the SELinux policy store the runtime probe found ("" for none).
   - C(validate_tools) lists the performance tools (all_reduce_perf, dcgmi, ib_write_bw) the driver probe found.
+  - C(validate_ib_write_bw_runs) adds an attempt's client loop results (its argument) to the client's ib_write_bw runs
+    by HCA name (the input, a dict; none at first), counting each HCA's runs in C(attempt).
+  - C(validate_ib_write_bw_todo) names the HCAs of its argument still to run ib_write_bw on, given the runs so far
+    (the input), which are those without a run and those whose last run could not measure perftest's CPU clock.
 author: nodeforge
 options:
   _input:
-    description: The play's hosts in inventory order, or a probe's stdout.
+    description: The play's hosts in inventory order, a probe's stdout, or a client's ib_write_bw runs.
     type: raw
     required: true
 """
@@ -31,4 +35,6 @@ class FilterModule:
             "validate_sections": validate.sections,
             "validate_selinux_store": validate.selinux_store,
             "validate_tools": validate.tools,
+            "validate_ib_write_bw_runs": validate.ib_write_bw_runs,
+            "validate_ib_write_bw_todo": validate.ib_write_bw_todo,
         }

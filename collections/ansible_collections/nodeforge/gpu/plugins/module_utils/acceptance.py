@@ -468,6 +468,18 @@ _IB_WRITE_BW_HEADER = re.compile(
 )
 
 
+# perftest counts a transfer in CPU cycles and measures the CPU's clock after it (get_clock.c: 200 timed busy loops and
+# a line fitted through them); where the fit is poor (r^2 below 0.9: a busy or emulated CPU) the clock is 0 MHz, and
+# with -F perftest prints its report all the same, every rate 0.00. Such a report measured nothing.
+_PERFTEST_NO_CLOCK = re.compile(r"Correlation coefficient r\^2: (?P<r2>\S+) < 0\.9")
+
+
+def perftest_clock_unmeasured(output: object) -> bool:
+    """True for perftest output whose CPU clock could not be measured (its rates are no measurement): the run is worth
+    repeating, where a report below a floor or a failed connection is not."""
+    return _PERFTEST_NO_CLOCK.search(_text("ib_write_bw", output)) is not None
+
+
 def ib_write_bw(output: object) -> dict:
     """perftest's report (ib_write_bw and its siblings) -> {bytes, iterations, bw_peak_mbs, bw_avg_mbs,
     msg_rate_mpps, unit, bw_peak, bw_avg, rows}.
@@ -509,6 +521,14 @@ def ib_write_bw(output: object) -> dict:
         )
     if not rows:
         raise ParseError(tool, "the report has a header and no result", header)
+    unmeasured = _PERFTEST_NO_CLOCK.search("\n".join(lines))
+    if unmeasured and rows[-1]["bw_avg"] == 0:
+        raise ParseError(
+            tool,
+            f"perftest could not measure the CPU clock it times the transfer with (r^2 {unmeasured['r2']} < 0.9: a "
+            "busy or emulated CPU), so its 0.00 is no measurement",
+            unmeasured.group(0),
+        )
     return {**rows[-1], "unit": f"{unit}/sec", "rows": rows}
 
 

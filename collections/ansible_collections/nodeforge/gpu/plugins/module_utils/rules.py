@@ -438,6 +438,7 @@ def validate_thresholds_fit(ctx: HostModel) -> Iterator[Violation]:
         ("validate_nccl_min_busbw_gbs", "GB/s"),
         ("validate_nccl_max_latency_us", "microseconds"),
         ("validate_perf_timeout", "seconds"),
+        ("validate_ib_write_bw_attempts", "runs of ib_write_bw per HCA"),
     ):
         value = ctx.get(name)
         number = _positive(value)
