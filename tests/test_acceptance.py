@@ -431,6 +431,9 @@ def test_ib_write_bw_whose_clock_perftest_could_not_measure_is_no_measurement():
     # The message beside a report with a rate (a clock perftest did measure) leaves the report as it is.
     measured = "Correlation coefficient r^2: 0.85 < 0.9\n" + output("ib-write-bw-redbook-004.txt")
     assert acceptance.ib_write_bw(measured)["bw_avg"] == 11264.11
+    assert acceptance.perftest_clock_unmeasured(measured) is False
+    # Without -F perftest prints no report at all ("Can't produce a report"): unmeasured too.
+    assert acceptance.perftest_clock_unmeasured("Correlation coefficient r^2: 0.7 < 0.9\nCan't produce a report\n")
 
 
 def test_rdma_threshold():

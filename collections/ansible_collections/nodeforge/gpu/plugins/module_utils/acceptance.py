@@ -475,9 +475,17 @@ _PERFTEST_NO_CLOCK = re.compile(r"Correlation coefficient r\^2: (?P<r2>\S+) < 0\
 
 
 def perftest_clock_unmeasured(output: object) -> bool:
-    """True for perftest output whose CPU clock could not be measured (its rates are no measurement): the run is worth
-    repeating, where a report below a floor or a failed connection is not."""
-    return _PERFTEST_NO_CLOCK.search(_text("ib_write_bw", output)) is not None
+    """True for perftest output whose CPU clock could not be measured and that has no rate ib_write_bw reads (a report
+    of 0.00 with -F, none without): the run is worth repeating, where a report below a floor or a failed connection
+    is not."""
+    text = _text("ib_write_bw", output)
+    if not _PERFTEST_NO_CLOCK.search(text):
+        return False
+    try:
+        ib_write_bw(text)
+    except ParseError:
+        return True
+    return False
 
 
 def ib_write_bw(output: object) -> dict:
@@ -490,7 +498,8 @@ def ib_write_bw(output: object) -> dict:
     "Gb/sec". rows lists every message size of the table (-a); the top-level values are its last row's.
     """
     tool = "ib_write_bw"
-    lines = _text(tool, output).splitlines()
+    text = _text(tool, output)
+    lines = text.splitlines()
     headers = [i for i, line in enumerate(lines) if _IB_WRITE_BW_HEADER.fullmatch(line.strip())]
     if not headers:
         raise ParseError(tool, "no bandwidth report", _last_line("\n".join(lines)))
@@ -521,7 +530,7 @@ def ib_write_bw(output: object) -> dict:
         )
     if not rows:
         raise ParseError(tool, "the report has a header and no result", header)
-    unmeasured = _PERFTEST_NO_CLOCK.search("\n".join(lines))
+    unmeasured = _PERFTEST_NO_CLOCK.search(text)
     if unmeasured and rows[-1]["bw_avg"] == 0:
         raise ParseError(
             tool,
