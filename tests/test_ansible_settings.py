@@ -135,7 +135,8 @@ def _most_at_once(artifacts: str, task: str) -> tuple[int, int]:
 @pytest.mark.slow
 def test_cli_runs_every_targeted_host_at_once(tmp_path, state_dir, monkeypatch):
     """8 hosts: the CLI's forks let ansible-core work on all 8 at once (it starts no more workers than the play has
-    hosts); --forks 2 holds it to 2."""
+    hosts); --forks 2 holds it to 2. Each host's command waits until as many hosts as the forks allow have started
+    theirs, so a busy machine cannot make the hosts miss each other; a run held to fewer workers times out instead."""
     from nodeforge import cli
 
     monkeypatch.setitem(cli.VERBS, "preflight", cli.Verb(str(PLAYBOOKS / "parallel.yml"), "test"))
@@ -149,9 +150,14 @@ def test_cli_runs_every_targeted_host_at_once(tmp_path, state_dir, monkeypatch):
         "        ansible_connection: local\n        ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
     )
     for argv, at_once in ((["-i", str(inventory)], 8), (["-i", str(inventory), "--forks", "2"], 2)):
+        marks = tmp_path / f"marks-{at_once}"
+        marks.mkdir()
+        monkeypatch.setenv("NODEFORGE_TEST_MARKS", str(marks))
+        monkeypatch.setenv("NODEFORGE_TEST_BESIDE", str(at_once))
         result = CliRunner().invoke(main, ["preflight", *argv, "--json"])
         assert result.exit_code == 0, result.output
-        assert _most_at_once(json.loads(result.stdout)["artifacts"], "Sleep a second") == (8, at_once), argv
+        artifacts = json.loads(result.stdout)["artifacts"]
+        assert _most_at_once(artifacts, "Wait beside the other hosts") == (8, at_once), argv
 
 
 # What a forked worker does in a task: look up the collection's filters (every filter the collection defines), one of
