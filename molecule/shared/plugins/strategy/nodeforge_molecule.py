@@ -3,9 +3,10 @@ the controller.
 
 Under Mitogen (`mitogen_linear`, what nodeforge ships for every run) a task on a container node is one message to a
 Python interpreter that stays up in the container, instead of a new `podman exec` and Python per task. Molecule's
-own create and destroy playbooks (molecule-plugins' podman driver) run on localhost with `connection: local` and
-wait for an `async` podman_container job with `async_status`; under Mitogen's local connection that job never
-reports finished. So a play whose connection is `local` runs under Ansible's linear strategy, with no Mitogen
+create and destroy playbooks run on localhost with `connection: local`; molecule-plugins' own (podman driver) wait
+for an `async` podman_container job with `async_status`, and under Mitogen's local connection that job never
+reports finished (molecule/shared/playbooks replaces them with synchronous ones; a scenario may still use the
+plugin's). So a play whose connection is `local` runs under Ansible's linear strategy, with no Mitogen
 wrappers installed; every other play (prepare, check, converge, idempotence and the verifiers' playbook runs)
 runs under Mitogen's, over its `podman` connection (molecule/shared/base.yml). As in nodeforge's own strategy
 (nodeforge_linear), Mitogen's CPU pinning is left off: it put every `podman exec`, and all it ran in the container,
