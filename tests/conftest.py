@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -11,6 +13,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The ansible-core this test session runs on (the CI matrix runs the suite on several).
+ANSIBLE_CORE = tuple(int(part) for part in importlib.metadata.version("ansible-core").split(".")[:2])
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 
 # Seconds each long test took in CI (fresh clone, 2 cores, two xdist workers): `make test` hands out the longest
@@ -71,11 +75,22 @@ def module_runner(monkeypatch, capsys):
     from ansible.module_utils import basic
     from ansible.module_utils.common.text.converters import to_bytes
 
+    try:  # ansible-core 2.19 and newer: the public way to hand a module its arguments in a test
+        from ansible.module_utils.testing import patch_module_args
+    except ImportError:  # 2.16 to 2.18: the arguments AnsibleModule reads, as Ansible's own unit tests set them
+
+        @contextlib.contextmanager
+        def patch_module_args(args: dict):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps({"ANSIBLE_MODULE_ARGS": args})))
+                yield
+
     def runner(module):
         def run(check: bool = False, diff: bool = False, **args) -> dict:
-            payload = {"ANSIBLE_MODULE_ARGS": {**args, "_ansible_check_mode": check, "_ansible_diff": diff}}
-            monkeypatch.setattr(basic, "_ANSIBLE_ARGS", to_bytes(json.dumps(payload)))
-            with pytest.raises(SystemExit):
+            with (
+                patch_module_args({**args, "_ansible_check_mode": check, "_ansible_diff": diff}),
+                pytest.raises(SystemExit),
+            ):
                 module.main()
             return json.loads(capsys.readouterr().out)
 
@@ -160,6 +175,23 @@ def pytest_runtest_logstart(nodeid: str) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" and report.duration >= 30 and hasattr(report, "node"):
         _progress(f"{report.node.gateway.id} {report.outcome} in {report.duration:.0f}s: {report.nodeid}")
+
+
+def new_vault_process() -> None:
+    """ansible-core 2.19 and newer keep the vault secrets in a context a process sets once; the CLI reads one set of
+    vault options per process, and each in-process CLI call of a test stands for such a process: this clears the
+    context as a new process would have it (test-only: the product never clears it)."""
+    try:
+        from ansible.parsing.vault import VaultSecretsContext
+    except ImportError:
+        return
+    VaultSecretsContext._current = None
+
+
+@pytest.fixture(autouse=True)
+def vault_secrets_per_test():
+    yield
+    new_vault_process()
 
 
 @pytest.fixture(autouse=True)

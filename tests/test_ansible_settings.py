@@ -8,27 +8,73 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from nodeforge import ansible_settings, content
+from nodeforge import ansible_settings
 from nodeforge.cli import main
 from nodeforge.runner import EXIT_OK, RunOptions, run_playbook
 from tests.conftest import PLAYBOOKS
 
 
-def test_control_path_dir_short_enough_for_a_socket(tmp_path):
+def test_control_path_dir_short_enough_for_a_socket(tmp_path, monkeypatch):
     assert ansible_settings.control_path_dir(Path("/root/.local/state/nodeforge")) == Path(
         "/root/.local/state/nodeforge/cp"
     )
-    deep = Path("/tmp/pytest-of-root/pytest-123/popen-gw1/test_something_long0/nodeforge-state")
-    chosen = ansible_settings.control_path_dir(deep)
-    # ssh adds "/" + 40 hex digits (%C) + a 17-character temporary suffix; a UNIX socket path has 108 bytes.
-    assert len(str(chosen)) + 1 + 40 + 17 < 108
-    assert chosen != ansible_settings.control_path_dir(deep / "other"), "two state directories share sockets"
+    # A state directory too long for a socket: Ansible's own default in the user's home, never a shared /tmp name.
+    monkeypatch.setenv("HOME", "/home/operator")
+    deep = Path("/tmp/pytest-of-root/pytest-123/popen-gw1/test_something_long0/a-longer-name/nodeforge-state")
+    assert ansible_settings.control_path_dir(deep) == Path("/home/operator/.ansible/cp")
+    # Ansible names a socket <dir>/<10 hex digits>; ssh adds a 17-character temporary suffix; at most 107 bytes.
+    assert len(str(ansible_settings.control_path_dir(deep))) + 1 + 10 + 17 <= 107
+    monkeypatch.setenv("HOME", "/home/" + "x" * 80)
+    with pytest.raises(ansible_settings.UnsafeControlPathDir, match="NODEFORGE_STATE_DIR"):
+        ansible_settings.control_path_dir(deep)
+
+
+def test_control_path_dir_is_created_private(tmp_path):
+    sockets = ansible_settings.private_dir(tmp_path / "state" / "cp")
+    info = sockets.lstat()
+    assert info.st_uid == os.getuid() and info.st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("planted", ["symlink", "other owner", "open mode", "file"])
+def test_a_planted_control_path_dir_is_refused(tmp_path, planted):
+    """Another local user who made the socket directory first (a link to theirs, theirs, or one they may enter) could
+    answer for the nodes through a master socket of their own: the directory is refused, with what is wrong."""
+    sockets = tmp_path / "cp"
+    if planted == "symlink":
+        (tmp_path / "theirs").mkdir(mode=0o700)
+        sockets.symlink_to(tmp_path / "theirs")
+    elif planted == "file":
+        sockets.write_text("")
+    else:
+        sockets.mkdir(mode=0o700)
+        if planted == "other owner":
+            os.chown(sockets, 65534, 65534)
+        else:
+            sockets.chmod(0o777)
+    expected = {"symlink": "not a directory", "file": "not a directory", "other owner": "owned by uid 65534",
+                "open mode": "mode 0777"}[planted]  # fmt: skip
+    with pytest.raises(ansible_settings.UnsafeControlPathDir, match=expected):
+        ansible_settings.environment(tmp_path, {})
+    # The caller's own directory is held to the same rule.
+    with pytest.raises(ansible_settings.UnsafeControlPathDir, match=expected):
+        ansible_settings.environment(tmp_path / "elsewhere", {"ANSIBLE_SSH_CONTROL_PATH_DIR": str(sockets)})
+
+
+@pytest.mark.slow
+def test_cli_refuses_a_planted_control_path_dir_before_ansible_starts(tmp_path, local_inventory, state_dir):
+    (state_dir / "cp").mkdir(parents=True, mode=0o700)
+    os.chown(state_dir / "cp", 65534, 65534)
+    result = CliRunner().invoke(main, ["preflight", "-i", str(local_inventory)])
+    assert result.exit_code == 1, result.output
+    assert f"SSH control-socket directory {state_dir / 'cp'}: owned by uid 65534" in result.output
+    assert "Traceback" not in result.output
+    # No run started: ansible-runner writes a run's artifacts before it starts ansible-playbook.
+    assert not list((state_dir / "runner").glob("artifacts/*"))
 
 
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client")
@@ -54,27 +100,15 @@ def test_callers_environment_wins(tmp_path):
     assert sockets.is_dir() and sockets.stat().st_mode & 0o777 == 0o700
 
 
-def test_callers_strategy_plugins_are_kept_beside_mitogens(tmp_path):
-    chosen = ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY_PLUGINS": "/site/strategies"})
-    ours, mitogen, theirs = chosen["ANSIBLE_STRATEGY_PLUGINS"].split(":")
-    assert theirs == "/site/strategies"
-    assert (Path(ours) / "nodeforge_linear.py").is_file(), ours
-    assert (Path(mitogen) / "mitogen_linear.py").is_file(), mitogen
-    assert ansible_settings.environment(tmp_path, {"ANSIBLE_STRATEGY": "linear"}).get("ANSIBLE_STRATEGY") is None
+def test_no_strategy_is_shipped(tmp_path):
+    """Every run uses Ansible's own strategy (linear), or the one the operator chose: nodeforge sets none."""
+    chosen = ansible_settings.environment(tmp_path, {})
+    assert not {name for name in chosen if "STRATEGY" in name}
 
 
 @pytest.mark.parametrize(("env", "forks"), [({}, 64), ({"ANSIBLE_FORKS": "3"}, None)])
 def test_forks_cap_unless_the_caller_sets_them(env, forks):
     assert ansible_settings.forks(env) == forks
-
-
-def _cpu_list(text: str) -> set[int]:
-    """/proc's Cpus_allowed_list ("0-3,6") as a set of CPU numbers."""
-    cpus = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
 
 
 def _reported(artifacts: str, task: str) -> dict:
@@ -90,17 +124,14 @@ def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir
     first = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
     assert first.exit_code == EXIT_OK
     reported = _reported(first.artifacts, "Report the effective settings")
-    cpus = reported.pop("cpus")
     assert reported == {
         "pipelining": True,
         "gathering": "smart",
         "cache_plugin": "jsonfile",
         "cache_connection": str(state_dir / "facts"),
-        # Ansible loaded nodeforge's strategy (an unknown strategy name fails the run before any task).
-        "strategy": "nodeforge_linear",
+        "strategy": "linear",
+        "control_path_dir": str(state_dir / "cp"),
     }
-    # Mitogen's pinning is off: a task's command may run on every CPU this test may (the kernel's own list, "0-1").
-    assert _cpu_list(cpus) == os.sched_getaffinity(0), cpus
     # Ansible's jsonfile cache wrote this host's facts under the state directory...
     cached = json.loads((state_dir / "facts" / "localnode").read_text())
     assert cached["ansible_distribution"] and cached["ansible_kernel"]
@@ -140,9 +171,6 @@ def test_cli_runs_every_targeted_host_at_once(tmp_path, state_dir, monkeypatch):
     from nodeforge import cli
 
     monkeypatch.setitem(cli.VERBS, "preflight", cli.Verb(str(PLAYBOOKS / "parallel.yml"), "test"))
-    # Ansible's own strategy: Mitogen serves local-connection hosts of the same user through one interpreter, which
-    # would measure that interpreter, not the workers.
-    monkeypatch.setenv("ANSIBLE_STRATEGY", "linear")
     hosts = "".join(f"        n{i:02d}:\n" for i in range(1, 9))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(
@@ -158,76 +186,3 @@ def test_cli_runs_every_targeted_host_at_once(tmp_path, state_dir, monkeypatch):
         assert result.exit_code == 0, result.output
         artifacts = json.loads(result.stdout)["artifacts"]
         assert _most_at_once(artifacts, "Wait beside the other hosts") == (8, at_once), argv
-
-
-# What a forked worker does in a task: look up the collection's filters (every filter the collection defines), one of
-# its action plugins and a builtin filter. It prints the modules those lookups imported.
-WORKER_LOOKUPS = """
-import json, pathlib, re, sys
-from ansible.plugins.loader import action_loader, filter_loader, init_plugin_loader
-init_plugin_loader([sys.argv[1]])
-from nodeforge.ansible_settings import preload_plugins
-if sys.argv[2] == "preload":
-    preload_plugins()
-before = set(sys.modules)
-names = ["bool", "ansible.builtin.regex_replace"]
-for file in sorted(pathlib.Path(sys.argv[1], "ansible_collections/nodeforge/gpu/plugins/filter").glob("*.py")):
-    filters = file.read_text().split("def filters")[-1]
-    names += ["nodeforge.gpu." + n for n in re.findall(r'^ +"([a-z0-9_]+)": ', filters, re.M)]
-found = {name: filter_loader.get(name) is not None for name in names}
-found["action"] = action_loader.get("nodeforge.gpu.resolve_settings", class_only=True) is not None
-print(json.dumps({"found": found, "imported": sorted(set(sys.modules) - before)}))
-"""
-
-
-def _worker_lookups(mode: str) -> dict:
-    run = subprocess.run(
-        [sys.executable, "-c", WORKER_LOOKUPS, str(content.collections_dir()), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(run.stdout)
-
-
-def test_preloaded_plugins_leave_a_worker_nothing_to_import():
-    cold, preloaded = _worker_lookups("cold"), _worker_lookups("preload")
-    assert len(cold["found"]) > 20 and all(cold["found"].values())
-    assert preloaded["found"] == cold["found"]
-    # Without the preload the lookups import the collection's plugin files, jsonschema among them (k8s.py) ...
-    assert "ansible_collections.nodeforge.gpu.plugins.filter.k8s" in cold["imported"]
-    assert "jsonschema" in cold["imported"]
-    # ... with it, nothing: the worker's fork already has them.
-    assert preloaded["imported"] == []
-
-
-def _ssh_connection(env: dict[str, str], host_vars: dict):
-    """ansible-core's own ssh connection plugin, its options read with these settings and host vars."""
-    from ansible.playbook.play_context import PlayContext
-    from ansible.plugins.loader import connection_loader
-
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            patch.setenv(name, value)
-        connection = connection_loader.get("ssh", PlayContext(), None)
-        connection.set_options(var_options=host_vars)
-    connection.host = host_vars["ansible_host"]
-    return connection
-
-
-@pytest.mark.parametrize("own", [{}, {"ansible_control_path": "%(directory)s/own-%%h"}])
-def test_mitogen_gets_the_socket_ansibles_ssh_connection_uses(tmp_path, own):
-    """Mitogen's ssh command gets the ControlPath ansible-core's ssh connection puts on its command line for the same
-    host, port, user and settings (an inventory's ansible_control_path included), so that a run's masters carry the
-    next run."""
-    env = ansible_settings.environment(tmp_path, {})
-    connection = _ssh_connection(env, {"ansible_host": "10.0.0.5", "ansible_port": 2222, "ansible_user": "root", **own})
-    [ansibles] = [arg.decode() for arg in connection._build_command("ssh", "ssh", "10.0.0.5") if b"ControlPath" in arg]
-    args = shlex.split(env["ANSIBLE_SSH_ARGS"])
-    ours = ansible_settings.mitogen_control_path(args, connection.get_option, "10.0.0.5", 2222, "root")
-    assert ours == ["-o", ansibles.replace('"', "")]
-    assert Path(ours[1].split("=", 1)[1]).parent == ansible_settings.control_path_dir(tmp_path)
-    # Nothing to add where the args want no master, or name their own socket.
-    assert ansible_settings.mitogen_control_path(["-C"], connection.get_option, "10.0.0.5", 2222, "root") == []
-    named = ["-o", "ControlPersist=60s", "-o", "ControlPath=/run/own/%C"]
-    assert ansible_settings.mitogen_control_path(named, connection.get_option, "10.0.0.5", 2222, "root") == []

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from nodeforge import __version__, cli
 from nodeforge.cli import VERBS, Inputs, Verb, main
-from tests.conftest import PLAYBOOKS, REPO
+from tests.conftest import PLAYBOOKS, REPO, new_vault_process
 
 
 @pytest.fixture
@@ -161,6 +161,7 @@ def test_provision_opens_the_inventory_vault_for_check_and_run(runner, local_inv
     assert marker.read_text() == secret + "\n"
     # Without the secret: refused before any node is touched, naming the file and the missing vault secret.
     marker.unlink()
+    new_vault_process()
     refused = runner.invoke(main, args)
     assert refused.exit_code == 1
     assert "group_vars/gpu_nodes.yml: group gpu_nodes: marker_content: found a vault-encrypted value" in refused.output

@@ -1,8 +1,11 @@
-"""The nodeforge.gpu collection: its artifact builds, installs on its own and runs its playbooks by FQCN."""
+"""The nodeforge.gpu collection: `ansible-galaxy collection build` on its directory gives the whole artifact, which
+installs on its own and runs its playbooks by FQCN; its metadata declares what it is proven with."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -11,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.galaxy.dependency_resolution.versioning import meets_requirements
+from packaging.specifiers import SpecifierSet
 
 from nodeforge import __version__
 from nodeforge.collection import model
@@ -19,56 +24,173 @@ from tests.conftest import REPO
 COLLECTION = REPO / "collections" / "ansible_collections" / "nodeforge" / "gpu"
 BIN = Path(sys.executable).parent
 
+# What the `ansible` packages at both ends of the supported range carry of the collections nodeforge.gpu depends on
+# (ansible-community/ansible-build-data: 9/ansible-9.0.0.deps, 14/ansible-14.5.0.deps). galaxy.yml's ranges must
+# admit both, so that an AWX or a controller on any of them can install the collection next to what it has.
+SHIPPED = {
+    "ansible 9.0.0 (ansible-core 2.16)": {
+        "ansible.posix": "1.5.4",
+        "community.general": "8.0.2",
+        "containers.podman": "1.11.0",
+        "kubernetes.core": "2.4.0",
+    },
+    "ansible 14.5.0 (ansible-core 2.21)": {
+        "ansible.posix": "2.2.2",
+        "community.general": "13.5.0",
+        "containers.podman": "1.21.0",
+        "kubernetes.core": "6.6.0",
+    },
+}
+
+
+def galaxy_yml() -> dict:
+    return yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+
+
+def pins() -> dict[str, str]:
+    requirements = yaml.safe_load((REPO / "collections" / "requirements.yml").read_text())
+    return {c["name"]: c["version"] for c in requirements["collections"]}
+
+
+def build(collection: Path, output: Path) -> tuple[Path, str]:
+    """`ansible-galaxy collection build` on `collection`: the artifact and the command's output."""
+    run = subprocess.run(
+        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(output), str(collection)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    [artifact] = [line.rsplit(" ", 1)[-1] for line in run.stdout.splitlines() if "Created collection" in line]
+    return Path(artifact), run.stdout + run.stderr
+
+
+# What never belongs in the artifact (galaxy.yml's build_ignore, and what ansible-galaxy always skips).
+CACHE_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".ansible", ".cache", "molecule", ".git"}
+
+
+def is_junk(path: str) -> bool:
+    parts = path.split("/")
+    return bool(CACHE_DIRS & set(parts)) or parts[-1] == ".DS_Store" or path.endswith((".pyc", ".swp", "~", ".tar.gz"))
+
+
+def members(artifact: Path) -> set[str]:
+    with tarfile.open(artifact) as tar:
+        return {m.name for m in tar.getmembers() if m.isfile()}
+
 
 def test_collection_metadata_matches_the_package():
-    galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    galaxy = galaxy_yml()
     assert (galaxy["namespace"], galaxy["name"], galaxy["version"]) == ("nodeforge", "gpu", __version__)
+    # ansible-core 2.16 (`ansible` 9) and newer, with no upper bound: the CLI bounds the core it installs itself.
     runtime = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())
-    assert runtime["requires_ansible"].startswith(">=2.18")
-    pinned = {
-        c["name"]: c["version"]
-        for c in yaml.safe_load((REPO / "collections" / "requirements.yml").read_text())["collections"]
-    }
-    assert set(pinned) == set(galaxy["dependencies"])
+    requires = SpecifierSet(runtime["requires_ansible"])
+    assert runtime["requires_ansible"] == ">=2.16.0"
+    for supported in ("2.16.0", "2.19.14", "2.21.0", importlib.metadata.version("ansible-core")):
+        assert requires.contains(supported), supported
+    assert not requires.contains("2.15.13")
+    # The roles say the same (galaxy_info, shown by ansible-galaxy and Galaxy).
+    for meta in sorted((COLLECTION / "roles").glob("*/meta/main.yml")):
+        assert yaml.safe_load(meta.read_text())["galaxy_info"]["min_ansible_version"] == "2.16", meta
+    assert set(pins()) == set(galaxy["dependencies"])
+
+
+@pytest.mark.parametrize("release", sorted(SHIPPED))
+def test_dependency_ranges_admit_the_ansible_packages_collections(release):
+    ranges = galaxy_yml()["dependencies"]
+    for name, version in SHIPPED[release].items():
+        assert meets_requirements(version, ranges[name]), (release, name, version, ranges[name])
 
 
 def test_pinned_collections_are_the_ones_installed():
-    """collections/requirements.yml pins what the roles are tested with: the `ansible` package's copies here."""
-    pinned = yaml.safe_load((REPO / "collections" / "requirements.yml").read_text())["collections"]
+    """collections/requirements.yml pins what the main test leg runs: the copies of this virtualenv's `ansible`
+    package, which galaxy.yml's ranges admit (ansible-galaxy's own range check)."""
     listed = subprocess.run(
         [str(BIN / "ansible-galaxy"), "collection", "list", "--format", "yaml"],
         capture_output=True,
         text=True,
         check=True,
+        # Only what is installed: not the repository's collections/ a caller's environment may add.
+        env={k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_COLLECTIONS_PATH")},
+        cwd=REPO.parent,
     ).stdout
-    installed = {name: info["version"] for path in yaml.safe_load(listed).values() for name, info in path.items()}
-    for collection in pinned:
-        assert installed.get(collection["name"]) == collection["version"], collection
+    venv = Path(sys.prefix).resolve()
+    installed = {
+        name: info["version"]
+        for path, collections in yaml.safe_load(listed).items()
+        if Path(path).resolve().is_relative_to(venv)
+        for name, info in collections.items()
+    }
+    ranges = galaxy_yml()["dependencies"]
+    for name, pinned in pins().items():
+        assert installed.get(name) == pinned, (name, installed.get(name), pinned)
+        assert meets_requirements(installed[name], ranges[name]), (name, installed[name], ranges[name])
 
 
 def test_model_reads_the_collection_s_roles():
-    # The collection's roles/ is the repository's roles/: one copy of the data.
-    assert Path(model.roles_dir()).resolve() == (REPO / "roles").resolve()
+    # The roles and playbooks live in the collection; the top-level roles/ and playbooks/ link to them.
+    assert not (COLLECTION / "roles").is_symlink() and not (COLLECTION / "playbooks").is_symlink()
+    assert (REPO / "roles").resolve() == COLLECTION / "roles"
+    assert (REPO / "playbooks").resolve() == COLLECTION / "playbooks"
+    assert Path(model.roles_dir()).resolve() == COLLECTION / "roles"
     assert "dgx-1" in model.profiles() and model.manifest()["nvidia_driver"]["branch"]
 
 
 @pytest.mark.slow
+def test_build_ignore_keeps_caches_out(tmp_path):
+    """What pytest, ruff, ansible-lint, molecule and editors leave in a checkout stays out of the artifact."""
+    copy = tmp_path / "ansible_collections" / "nodeforge" / "gpu"
+    shutil.copytree(COLLECTION, copy)
+    junk = [
+        ".pytest_cache/v/cache/nodeids",
+        "roles/ofed/.pytest_cache/README.md",
+        "plugins/module_utils/__pycache__/model.cpython-311.pyc",
+        "plugins/filter/parsers.pyc",
+        ".ruff_cache/0.6.0/123",
+        "plugins/.mypy_cache/3.11/model.json",
+        ".ansible/collections/ansible_collections/nodeforge/gpu/galaxy.yml",
+        "roles/nvidia_driver/.ansible/roles/x.yml",
+        ".cache/molecule/nodeforge/default/inventory/ansible_inventory.yml",
+        "roles/ofed/molecule/default/molecule.yml",
+        "roles/ofed/tasks/.main.yml.swp",
+        "roles/ofed/tasks/main.yml~",
+        "playbooks/site.retry",
+        ".DS_Store",
+        "nodeforge-gpu-0.0.9.tar.gz",
+        "roles/nodeforge/files/old-build.tar.gz",
+    ]
+    for path in junk:
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        (copy / path).write_text("junk\n")
+    artifact, _ = build(copy, tmp_path / "dist")
+    names = members(artifact)
+    assert not names & set(junk), sorted(names & set(junk))
+    assert not [n for n in names if is_junk(n) or n.endswith(".retry")]
+    assert {"roles/ofed/tasks/main.yml", "plugins/module_utils/model.py", "meta/runtime.yml"} <= names
+
+
+@pytest.mark.slow
 def test_artifact_builds_installs_and_runs_by_fqcn(tmp_path):
-    build = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "build_collection.py"), "--output-path", str(tmp_path / "dist")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    artifact = Path(build.stdout.strip().splitlines()[-1])
+    """The standard build on the collection's own directory: every role, playbook and plugin in it, no link skipped."""
+    artifact, output = build(COLLECTION, tmp_path / "dist")
     assert artifact.name == f"nodeforge-gpu-{__version__}.tar.gz"
-    with tarfile.open(artifact) as tar:
-        names = set(tar.getnames())
-    for role in ("nodeforge", "preflight", "nvidia_driver", "ofed", "gpudirect_rdma", "selinux_modules"):
+    assert "Skipping" not in output, output  # a link leaving the collection would be skipped with a warning
+    names = members(artifact)
+    roles = sorted(p.name for p in (COLLECTION / "roles").iterdir() if p.is_dir())
+    assert len(roles) >= 17 and {"nodeforge", "nvidia_driver", "ofed", "upgrade", "k8s_cluster"} <= set(roles)
+    for role in roles:
         assert f"roles/{role}/tasks/main.yml" in names, role
         assert f"roles/{role}/meta/argument_specs.yml" in names, role
-    assert {"playbooks/site.yml", "playbooks/validate_inventory.yml", "plugins/action/validate_inventory.py"} <= names
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    playbooks = {f"playbooks/{p.name}" for p in (COLLECTION / "playbooks").glob("*.yml")}
+    assert {"playbooks/site.yml", "playbooks/validate_inventory.yml", "playbooks/upgrade.yml"} <= playbooks <= names
+    # Every file of the checkout's collection is in it, but for what ansible-galaxy and build_ignore leave out.
+    source = {str(p.relative_to(COLLECTION)) for p in COLLECTION.rglob("*") if p.is_file()}
+    missing = {p for p in source if not is_junk(p)} - {"galaxy.yml"} - names
+    assert not missing, sorted(missing)
+    metadata = {"MANIFEST.json", "FILES.json", "meta/runtime.yml", "meta/execution-environment.yml", "requirements.txt"}
+    assert metadata <= names
+    assert "roles/nodeforge/files/manifest.yml" in names and "plugins/action/validate_inventory.py" in names
+    assert not [n for n in names if is_junk(n)]
 
     installed = tmp_path / "collections"
     subprocess.run(
@@ -130,8 +252,6 @@ def test_wheel_ships_the_collection(tmp_path):
     ):
         assert root + path in names, path
     assert not [n for n in names if n.startswith(("nodeforge/content/roles/", "nodeforge/content/playbooks/"))]
-    # The strategy every run names (ANSIBLE_STRATEGY=nodeforge_linear): without it an installed nodeforge runs nothing.
-    assert "nodeforge/strategy/nodeforge_linear.py" in names
     # The lab's own content ships (its node image, the playbook that serves a toolkit mirror); no test fixture does:
     # nothing from molecule/ (the fixture repository builder, its specs, stand-ins), no tests.
     for path in ("lab/base-image/build.sh", "lab/serve_toolkit_mirror.yml", "inventories/lab/hosts.yml"):

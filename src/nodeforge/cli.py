@@ -121,7 +121,7 @@ class Inputs:
             raise click.BadParameter(str(exc)) from exc
         problems, self.warnings = inventory_check.check_with_warnings(view)
         self.view = view
-        return problems, checks.plain(view.variable_manager.extra_vars)
+        return problems, checks.plain(view.extra_vars)
 
     def read_or_exit(self, json_mode: bool) -> tuple[list[checks.Problem], dict[str, Any]]:
         """read(), with bad input (an -e that cannot be read, a vault that does not open) as a named error: with

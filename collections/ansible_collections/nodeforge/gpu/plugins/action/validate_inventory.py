@@ -81,7 +81,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        view = inventory_check.InventoryView.from_hostvars(task_vars["hostvars"])
+        view = inventory_check.InventoryView.from_task_vars(self._loader, task_vars)
         problems, warnings = inventory_check.check_with_warnings(view)
         result["changed"] = False
         result["problems"] = [p.as_dict() for p in problems]

@@ -1,8 +1,8 @@
 """Filters that compute containerd's nvidia runtime drop-in and the import line config.toml needs.
 
-They run on the controller (ansible-core 2.18 needs Python >= 3.11 there, which has tomllib), so the node needs no
-TOML library. The role slurps the files and copies the results with ansible.builtin.copy: check mode and --diff work
-and the output is deterministic.
+They run on the controller, whose Python is 3.11 or newer (tomllib; meta/runtime.yml says so for every ansible-core
+the collection supports), so the node needs no TOML library. The role slurps the files and copies the results with
+ansible.builtin.copy: check mode and --diff work and the output is deterministic.
 
 Why the drop-in carries a whole plugin table: containerd merges an imported file into the configuration one plugin
 at a time, replacing the plugin's whole table (seen with Debian's containerd 1.6.20: a drop-in that only adds

@@ -8,7 +8,7 @@ set it (found with the DataLoader's own lookup of group_vars/host_vars files) so
 file, the group or host, the variable, what was found and what was expected. Values are validated with Ansible's
 ArgumentSpecValidator against the roles' meta/argument_specs.yml, then the cross-variable rules (module_utils
 rules) run on each worker's effective values. The CLI builds the view from its options (load()); the validation
-play's action plugin builds it from the running playbook's inventory (from_hostvars()): both call check().
+play's action plugin builds it from the running playbook's inventory (from_task_vars()): both call check().
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import io
 import os
 import re
 from collections import defaultdict
@@ -29,11 +30,18 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.splitter import parse_kv
-from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
-from ansible.utils.display import Display
 from ansible.utils.vars import combine_vars
 from ansible.vars.manager import VariableManager
+from ansible.vars.plugins import get_vars_from_inventory_sources
 from ansible_collections.nodeforge.gpu.plugins.module_utils import model, rules
+
+try:  # the vaulted value of ansible-core 2.19 and newer, and the secrets that open it
+    from ansible.parsing.vault import EncryptedString as _Vaulted
+    from ansible.parsing.vault import VaultSecretsContext as _VaultSecretsContext
+except ImportError:  # 2.16 to 2.18: the loader holds the secrets
+    from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode as _Vaulted
+
+    _VaultSecretsContext = None
 
 EXTRA_VARS = "command line (-e)"
 # Read by a play keyword, before any host: only -e reaches them.
@@ -83,27 +91,43 @@ class Definition:
 
 @contextlib.contextmanager
 def _captured_warnings():
-    """Ansible reports an unparsable inventory source only as warnings: collect them as problems instead."""
-    display = Display()
-    caught: list[str] = []
-    original = display.warning
-
-    def warning(msg, formatted=False):
-        caught.append(to_text(msg))
-
-    display.warning = warning
-    try:
+    """Ansible reports an unparsable inventory source only as warnings on standard error: collect them (for the
+    plugins' reasons) instead of printing them beside the check's own report."""
+    caught = io.StringIO()
+    with contextlib.redirect_stderr(caught):
         yield caught
-    finally:
-        display.warning = original
+
+
+def parse_inventory(loader: DataLoader, sources: list[str]) -> tuple[InventoryManager, list[str], str]:
+    """The inventory as ansible-playbook reads these sources, the sources none of Ansible's inventory plugins could
+    parse, and what Ansible said of them. Each source is parsed on its own through InventoryManager.parse_source,
+    whose answer says whether a plugin took it (ansible-playbook's own pass over the sources only warns)."""
+    inventory = InventoryManager(loader=loader, sources=sources, parse=False)
+    unparsed = []
+    with _captured_warnings() as said:
+        for source in sources:
+            if source and not inventory.parse_source(source):
+                unparsed.append(source)
+        inventory.reconcile_inventory()
+        # Vars plugins that run at the inventory stage, as InventoryManager.parse_sources applies them.
+        for entity in [*inventory.groups.values(), *inventory.hosts.values()]:
+            entity.vars = combine_vars(
+                entity.vars, get_vars_from_inventory_sources(loader, sources, [entity], "inventory")
+            )
+    return inventory, unparsed, said.getvalue()
 
 
 def _error_position(exc: AnsibleError) -> tuple[str, int | None]:
     obj = getattr(exc, "obj", None)
-    pos = getattr(obj, "ansible_pos", None)
+    pos = getattr(obj, "ansible_pos", None)  # ansible-core 2.16 to 2.18: the YAML object's (file, line, column)
     if pos:
         return pos[0], pos[1]
+    if getattr(obj, "path", None) and getattr(obj, "line_num", None):  # 2.19 and newer: the value's origin
+        return str(obj.path), int(obj.line_num)
     return "", None
+
+
+NOT_UTF8 = "bytes that are not UTF-8 text"
 
 
 def _not_utf8(path: str | None) -> str:
@@ -113,10 +137,10 @@ def _not_utf8(path: str | None) -> str:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        return f"bytes that are not UTF-8 text (line {line}: byte {data[exc.start]:#04x})"
+        return f"{NOT_UTF8} (line {line}: byte {data[exc.start]:#04x})"
     except OSError:
         pass
-    return "bytes that are not UTF-8 text"
+    return NOT_UTF8
 
 
 def _first_line(text: str) -> str:
@@ -132,24 +156,37 @@ def _parse_failure(text: str) -> str:
 class InventoryView:
     """An inventory as Ansible reads it, with the file of each variable definition."""
 
-    def __init__(self, loader: DataLoader, inventory: InventoryManager, variable_manager: VariableManager):
+    def __init__(
+        self,
+        loader: DataLoader,
+        inventory: InventoryManager,
+        variable_manager: VariableManager,
+        sources: list[str],
+        extra_vars: Mapping[str, Any] | None = None,
+    ):
         self.loader = loader
         self.inventory = inventory
         self.variable_manager = variable_manager
-        self.sources = [s for s in inventory._sources if isinstance(s, str)]
+        self.sources = [s for s in sources if isinstance(s, str)]
+        # -e: the CLI's own reading (load()); in a playbook, what ansible-playbook read (VariableManager loads it).
+        self.extra_vars = dict(variable_manager.extra_vars if extra_vars is None else extra_vars)
         self.errors: list[Problem] = []
         self.group_defs: dict[str, list[Definition]] = defaultdict(list)  # inventory files, by group
         self.host_defs: dict[str, list[Definition]] = defaultdict(list)
         self.group_file_defs: dict[str, list[Definition]] = defaultdict(list)  # group_vars/ files, by group
         self.host_file_defs: dict[str, list[Definition]] = defaultdict(list)
-        self.extra = [Definition(str(k), v, EXTRA_VARS, "all hosts") for k, v in variable_manager.extra_vars.items()]
+        self.extra = [Definition(str(k), v, EXTRA_VARS, "all hosts") for k, v in self.extra_vars.items()]
         self._read_inventory_files()
         self._read_vars_files()
 
     @classmethod
-    def from_hostvars(cls, hostvars: Any) -> InventoryView:
-        """The view of a running playbook (an action plugin's task_vars['hostvars'])."""
-        return cls(hostvars._loader, hostvars._inventory, hostvars._variable_manager)
+    def from_task_vars(cls, loader: DataLoader, task_vars: Mapping[str, Any]) -> InventoryView:
+        """The view of a running playbook, from an action plugin: the inventory sources it runs on (the magic variable
+        ansible_inventory_sources) read again with the play's loader (its vault secrets), and the -e values
+        ansible-playbook read (a VariableManager loads them from the run's options)."""
+        sources = [str(s) for s in task_vars.get("ansible_inventory_sources") or []]
+        inventory, _, _ = parse_inventory(loader, sources)
+        return cls(loader, inventory, VariableManager(loader=loader, inventory=inventory), sources)
 
     # Inventory files: each one parsed on its own, to know which file set a group's or a host's variables.
     def _inventory_files(self, source: str) -> list[str]:
@@ -183,11 +220,15 @@ class InventoryView:
         try:
             return self.loader.load_from_file(path, cache="all", unsafe=True)
         except AnsibleParserError as exc:
+            if _not_utf8(path) != NOT_UTF8:  # 2.19 and newer read such a file and fail in the YAML parser
+                self.errors.append(Problem(path, "", "", _not_utf8(path), "a UTF-8 text file"))
+                return None
             where, line = _error_position(exc)
             message = _first_line(getattr(exc, "message", exc))
             if "YAML" in message:
                 problem = getattr(getattr(exc, "orig_exc", None), "problem", None)
-                message = f"YAML syntax error: {problem}" if problem else message
+                # 2.16-2.18 keep PyYAML's error, 2.19 and newer its problem in the message.
+                message = f"YAML syntax error: {problem or message.removeprefix('YAML parsing failed: ')}"
             self.errors.append(
                 Problem(f"{where or path}:{line}" if line else path, "", "", message, "a file Ansible can load")
             )
@@ -248,8 +289,9 @@ class InventoryView:
 
     def host_variables(self, host: str) -> tuple[dict[str, Any], dict[str, str]]:
         """The host's variables as Ansible resolves them, and the file and scope each one's value came from."""
-        resolved = self.variable_manager.get_vars(
-            host=self.inventory.hosts[host], include_hostvars=False, include_delegate_to=False
+        # -e wins over everything (Ansible's variable precedence): applied here, whoever read it.
+        resolved = combine_vars(
+            self.variable_manager.get_vars(host=self.inventory.hosts[host], include_hostvars=False), self.extra_vars
         )
         candidates: dict[str, list[Definition]] = defaultdict(list)
         for d in self._candidates(host):
@@ -278,6 +320,8 @@ def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) ->
             else:
                 data = parse_kv(text)
         except AnsibleError as exc:
+            if text.startswith("@") and _not_utf8(text[1:]) != NOT_UTF8:  # 2.19 and newer: a YAML error
+                raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:])}") from exc
             raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}") from exc
         except UnicodeError as exc:
             raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:] if text.startswith('@') else None)}") from exc
@@ -298,6 +342,11 @@ def load(
     from ansible.cli import CLI
 
     loader = DataLoader()
+    # ansible-core 2.19 and newer decrypt a vaulted value with the process's secrets context, which can be set once:
+    # the first read sets it, with no secret when no vault option was given (a vaulted value is then a problem
+    # named as such, not an error). The CLI reads one set of vault options per process.
+    first = _VaultSecretsContext is not None and _VaultSecretsContext.current(optional=True) is None
+    secrets: list = []
     if vault_ids or vault_password_files or ask_vault_pass:
         try:
             secrets = CLI.setup_vault_secrets(
@@ -305,33 +354,41 @@ def load(
                 vault_ids=list(vault_ids),
                 vault_password_files=list(vault_password_files),
                 ask_vault_pass=ask_vault_pass,
+                **({"initialize_context": False} if _VaultSecretsContext is not None else {}),
             )
         except AnsibleError as exc:
             raise CheckInputError(f"vault: {_first_line(getattr(exc, 'message', exc))}") from exc
         loader.set_vault_secrets(secrets)
+    if first:
+        _VaultSecretsContext.initialize(_VaultSecretsContext(secrets))
     sources = [os.path.abspath(s) if os.path.exists(s) else s for s in sources]
-    with _captured_warnings() as warnings:
-        inventory = InventoryManager(loader=loader, sources=sources)
-    variable_manager = VariableManager(loader=loader, inventory=inventory)
-    variable_manager._extra_vars = parse_extra_vars(loader, extra_vars)
-    view = InventoryView(loader, inventory, variable_manager)
-    view.errors[:0] = _source_problems(sources, warnings)
+    inventory, unparsed, said = parse_inventory(loader, sources)
+    view = InventoryView(
+        loader,
+        inventory,
+        VariableManager(loader=loader, inventory=inventory),
+        sources,
+        parse_extra_vars(loader, extra_vars),
+    )
+    view.errors[:0] = _source_problems(sources, unparsed, said)
     return view
 
 
-def _source_problems(sources: list[str], warnings: list[str]) -> list[Problem]:
+def _source_problems(sources: list[str], unparsed: list[str], said: str) -> list[Problem]:
     problems = []
     for source in sources:
-        failures = [w for w in warnings if source in w]
         if not os.path.exists(source) and "," not in source:
             problems.append(Problem(source, "", "", "no such file or directory", "an inventory file or directory"))
-        elif any("Unable to parse" in w or "Failed to parse" in w for w in failures):
+        elif source in unparsed:
+            # Ansible's warnings give each plugin's reason (once per process: Display prints a warning once).
+            reasons = [line for line in said.splitlines() if source in line or line.startswith(" ")]
             problems.append(
                 Problem(
                     source,
                     "",
                     "",
-                    "not readable as an inventory: " + _parse_failure("\n".join(failures)),
+                    "not readable as an inventory"
+                    + (": " + _parse_failure("\n".join(reasons)) if reasons else " by any enabled inventory plugin"),
                     "an inventory Ansible can parse (INI, YAML, a directory of them, or an inventory plugin file)",
                 )
             )
@@ -343,7 +400,7 @@ def _source_problems(sources: list[str], warnings: list[str]) -> list[Problem]:
 
 def plain(value: Any) -> Any:
     """Vault-encrypted values decrypted (they are validated like any other), containers as plain ones."""
-    if isinstance(value, AnsibleVaultEncryptedUnicode):
+    if isinstance(value, _Vaulted):
         return str(value)
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
@@ -373,7 +430,9 @@ def _hint(value: Any, choices: list) -> str:
 
 
 _TYPE_ERROR = re.compile(
-    r"argument '(?P<arg>[^']+)' is of type <class '(?:[\w.]+\.)?(?P<type>\w+)'>(?: found in '(?P<ctx>[^']+)'\.)? "
+    # ansible-core 2.16-2.18 name the type as "<class 'list'>", 2.19 and newer as "list".
+    r"argument '(?P<arg>[^']+)' is of type (?:<class '(?:[\w.]+\.)?(?P<type>\w+)'>|(?P<plain>\w+))"
+    r"(?: found in '(?P<ctx>[^']+)'\.)? "
     r"and we were unable to convert to (?P<to>\w+)"
 )
 _CHOICE_ERROR = re.compile(
@@ -402,7 +461,7 @@ def _translate(name: str, value: Any, spec: dict, error: Exception, secret: bool
     text = str(error)
     match = _TYPE_ERROR.search(text)
     if match:
-        found_type = _KINDS.get(match["type"], match["type"])
+        found_type = _KINDS.get(match["type"] or match["plain"], match["type"] or match["plain"])
         if match["ctx"]:
             return f"{match['ctx']}.{match['arg']}", f"a {found_type} value", f"type {match['to']}"
         return name, f"{_show(value, secret)} ({_kind(value)})", f"type {match['to']}"
