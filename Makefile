@@ -40,12 +40,22 @@ molecule:
 # time finish sooner on a 2-core machine. Tests go out one at a time, longest first (tests/conftest.py). lint runs
 # beside the session's first minute (the package cache's start, the workers' collection, the first image builds:
 # waits on the network and podman, mostly); its output follows the tests', and its failure fails the target too.
+# The matrix (tools/matrix.sh): after the main session on the README's path, the legs on the newest (2.21) and the
+# oldest (2.16) ansible-core; their virtualenvs build beside lint. Each leg prints its versions and its verdict; any
+# failure fails the target.
 test: setup
-	@mkdir -p build; $(MAKE) --no-print-directory lint >build/lint.log 2>&1 & lint=$$!; \
-	$(VENV)/pytest -q -ra --durations=15 -n 2 --dist load --maxschedchunk 1; tests=$$?; \
+	@mkdir -p build; ( $(MAKE) --no-print-directory lint; ) >build/lint.log 2>&1 & lint=$$!; \
+	bash tools/matrix.sh setup >build/matrix-setup.log 2>&1 & legs=$$!; \
+	echo "matrix: leg main: $$($(VENV)/python -c 'import importlib.metadata as m, platform; print("ansible-core", m.version("ansible-core"), "on Python", platform.python_version())')"; \
+	$(VENV)/pytest -q -ra --durations=15 -n 2 --dist load --maxschedchunk 1 -m "not matrix"; tests=$$?; \
+	echo "matrix: leg main: $$([ $$tests -eq 0 ] && echo passed || echo "FAILED (exit $$tests)")"; \
 	wait $$lint; linted=$$?; cat build/lint.log; \
 	if [ $$linted -ne 0 ]; then echo "make test: lint failed (exit $$linted, output above)"; fi; \
-	exit $$(( tests != 0 ? tests : linted ))
+	wait $$legs; built=$$?; cat build/matrix-setup.log; newest=$$built; floor=$$built; \
+	if [ $$built -eq 0 ]; then bash tools/matrix.sh newest; newest=$$?; bash tools/matrix.sh floor; floor=$$?; \
+	else echo "matrix: the legs' virtualenvs could not be built (exit $$built, output above): legs newest and floor FAILED"; fi; \
+	echo "matrix: main $$tests, newest $$newest, floor $$floor, lint $$linted (exit codes)"; \
+	for s in $$tests $$newest $$floor $$linted; do [ $$s -eq 0 ] || exit $$s; done
 
 bench: setup
 	$(VENV)/python bench/run.py

@@ -26,9 +26,11 @@ fi
 
 # podman needs runc and lower ulimits on these hosts (see containers/containers.conf); /etc is never edited.
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
-if [[ -x $repo/.venv/bin/molecule ]]; then
+# NODEFORGE_VENV: another virtualenv's molecule and Ansible (tools/matrix.sh's floor leg).
+venv=${NODEFORGE_VENV:-$repo/.venv}
+if [[ -x $venv/bin/molecule ]]; then
   # molecule runs ansible-playbook, ansible-config and pytest by name.
-  export PATH=$repo/.venv/bin:$PATH
+  export PATH=$venv/bin:$PATH
 fi
 command -v molecule >/dev/null || { echo "error: molecule is not installed (see pyproject.toml [dev])" >&2; exit 1; }
 
@@ -38,7 +40,7 @@ if [[ $image == "$default_image" ]]; then
 fi
 if [[ -z ${MOLECULE_DISTRO:-} && ${NODEFORGE_FAMILY_IMAGES:-1} != 0 ]]; then
   python=$(command -v python3)
-  [[ -x $repo/.venv/bin/python ]] && python=$repo/.venv/bin/python
+  [[ -x $venv/bin/python ]] && python=$venv/bin/python
   family=$("$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["families"].get(sys.argv[2], ""))' \
     "$repo/molecule/images.yml" "$scenario")
   if [[ -n $family ]]; then

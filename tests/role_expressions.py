@@ -6,6 +6,8 @@ escaped for the wrong layer (as in the fix of b5d4f96) fails the tests that use 
 
 from __future__ import annotations
 
+from os import PathLike
+
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
@@ -15,14 +17,25 @@ from nodeforge import collection, content
 
 assert collection.model
 
+try:  # A template a test composes itself (a `when:` condition wrapped in `{{ }}`) must be trusted as the role's are.
+    from ansible.template import trust_as_template as trusted
+except ImportError:  # ansible-core 2.16 to 2.18 trust every template
+
+    def trusted(template: str) -> str:
+        return template
+
+
+def load(path: str | PathLike[str]) -> object:
+    """A role's YAML file (tasks, vars, defaults) read as Ansible reads it: its strings are templates Ansible trusts
+    (2.19 and newer render no others; yaml.safe_load's strings come back from the templar unrendered)."""
+    try:
+        return DataLoader().load_from_file(str(path), trusted_as_template=True)
+    except TypeError:  # ansible-core 2.16 to 2.18 trust every template
+        return DataLoader().load_from_file(str(path))
+
 
 def task(role: str, file: str, name: str) -> dict:
-    # Read as Ansible reads a task file: its strings are templates Ansible trusts (2.19 and newer render no others).
-    path = str(content.roles_dir() / role / "tasks" / file)
-    try:
-        tasks = DataLoader().load_from_file(path, trusted_as_template=True)
-    except TypeError:  # ansible-core 2.16 to 2.18 trust every template
-        tasks = DataLoader().load_from_file(path)
+    tasks = load(content.roles_dir() / role / "tasks" / file)
     [found] = [t for t in tasks if t.get("name") == name]
     return found
 

@@ -13,6 +13,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from nodeforge import collection
+from tests.role_expressions import trusted
 
 from ansible_collections.nodeforge.gpu.plugins.filter import acceptance as acceptance_filter  # isort: skip
 from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance  # isort: skip
@@ -840,12 +841,11 @@ def test_filters_expose_the_parsers_and_evaluators():
 def test_filters_render_through_ansible():
     variables = {"out": output("ib-write-bw-redbook-004.txt"), "hcas": profile("dgx-1")["hcas"]}
     templar = Templar(loader=DataLoader(), variables=variables)
-    report = templar.template("{{ out | nodeforge.gpu.acceptance_ib_write_bw }}")
+    report = templar.template(trusted("{{ out | nodeforge.gpu.acceptance_ib_write_bw }}"))
     assert report["bw_avg_mbs"] == 11811.28
-    result = templar.template(
-        "{{ out | nodeforge.gpu.acceptance_evaluate_ib_write_bw(100 | nodeforge.gpu.acceptance_rdma_threshold_mbs) }}"
-    )
+    threshold = "100 | nodeforge.gpu.acceptance_rdma_threshold_mbs"
+    result = templar.template(trusted(f"{{{{ out | nodeforge.gpu.acceptance_evaluate_ib_write_bw({threshold}) }}}}"))
     assert (result["status"], result["expected"]) == ("pass", 11250.0)
     templar.available_variables = {**variables, "out": output("ibstatus-no-devices-debian12.txt")}
-    results = templar.template("{{ out | nodeforge.gpu.acceptance_evaluate_hca_ports(hcas) }}")
+    results = templar.template(trusted("{{ out | nodeforge.gpu.acceptance_evaluate_hca_ports(hcas) }}"))
     assert [r["status"] for r in results] == ["fail"] * 4

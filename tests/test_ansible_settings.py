@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -133,12 +134,16 @@ def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir
         "control_path_dir": str(state_dir / "cp"),
     }
     # Ansible's jsonfile cache wrote this host's facts under the state directory...
-    cached = json.loads((state_dir / "facts" / "localnode").read_text())
+    # (2.19 and newer name the file s<schema>_<host> and keep the facts as a JSON string under one key).
+    [cache_file] = [p for p in (state_dir / "facts").iterdir() if re.fullmatch(r"(s\d+_)?localnode", p.name)]
+    cached = json.loads(cache_file.read_text())
+    if len(cached) == 1 and isinstance(next(iter(cached.values())), str):
+        cached = json.loads(next(iter(cached.values())))
     assert cached["ansible_distribution"] and cached["ansible_kernel"]
     # ...and the next run reads them instead of gathering: one result fewer (no setup task on the host).
     second = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    assert first.hosts["localnode"]["ok"] == 3
-    assert second.hosts["localnode"]["ok"] == 2
+    assert first.hosts["localnode"]["ok"] == 2
+    assert second.hosts["localnode"]["ok"] == 1
 
 
 @pytest.mark.slow

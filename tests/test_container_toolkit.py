@@ -20,6 +20,7 @@ from ansible.template import Templar
 
 from nodeforge import content
 from tests import role_expressions
+from tests.role_expressions import trusted
 
 ROLE = content.roles_dir() / "nvidia_container_toolkit"
 render = partial(role_expressions.render, "nvidia_container_toolkit")
@@ -286,7 +287,7 @@ def hook_removed(probe_content: str | None, reread: dict | None = None) -> bool:
         "__nvidia_container_toolkit_hook_reread": reread or {"changed": False, "skipped": True},
     }
     templar = Templar(loader=DataLoader(), variables=variables)
-    return all(templar.template("{{ (" + condition + ") | bool }}") for condition in task["when"])
+    return all(templar.template(trusted("{{ (" + condition + ") | bool }}")) for condition in task["when"])
 
 
 def test_only_the_hook_as_nodeforge_wrote_it_is_removed():
@@ -304,7 +305,7 @@ def test_only_the_hook_as_nodeforge_wrote_it_is_removed():
 
 
 RUNTIME_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-ROLE_VARS = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+ROLE_VARS = role_expressions.load(ROLE / "vars" / "main.yml")
 
 
 def root_given_back(content: str | None) -> bool:
@@ -320,7 +321,7 @@ def root_given_back(content: str | None) -> bool:
         },
     }
     templar = Templar(loader=DataLoader(), variables=variables)
-    return all(templar.template("{{ (" + condition + ") | bool }}") for condition in task["when"])
+    return all(templar.template(trusted("{{ (" + condition + ") | bool }}")) for condition in task["when"])
 
 
 def test_only_a_config_with_the_driver_containers_root_line_is_edited_back():
@@ -343,18 +344,18 @@ def test_only_memlock_drop_ins_found_on_the_node_are_removed():
     task = role_expressions.task(
         "nvidia_container_toolkit", "memlock.yml", "Remove the memlock drop-ins of services no longer configured"
     )
-    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    defaults = role_expressions.load(ROLE / "defaults" / "main.yml")
     variables = {**defaults, **ROLE_VARS, **task["vars"], "nvidia_container_toolkit_runtimes": ["containerd"]}
     templar = Templar(loader=DataLoader(), variables=variables)
-    unused = templar.template("{{ __nvidia_container_toolkit_memlock_unused }}")
+    unused = templar.template(trusted("{{ __nvidia_container_toolkit_memlock_unused }}"))
     dropin = ROLE_VARS["__nvidia_container_toolkit_memlock_dropin"]
     assert sorted(unused) == [f"/etc/systemd/system/{s}.service.d/{dropin}" for s in ("crio", "docker")]
     docker = f"/etc/systemd/system/docker.service.d/{dropin}"
     found = {path: {"exists": path == docker} for path in ["/dev/nvidiactl", *unused]}
     templar = Templar(loader=DataLoader(), variables={**variables, "__nvidia_container_toolkit_node": {"paths": found}})
-    assert templar.template("{{ __found }}") == [docker]
+    assert templar.template(trusted("{{ __found }}")) == [docker]
     nothing = {path: {"exists": False} for path in found}
     templar = Templar(
         loader=DataLoader(), variables={**variables, "__nvidia_container_toolkit_node": {"paths": nothing}}
     )
-    assert templar.template("{{ __found | length > 0 }}") is False
+    assert templar.template(trusted("{{ __found | length > 0 }}")) is False

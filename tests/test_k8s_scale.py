@@ -250,11 +250,24 @@ def test_gui_secrets_are_opaque_with_the_operator_s_label_and_the_inventory_s_cr
 
 
 def test_a_vault_encrypted_password_is_opened_for_the_secret():
+    from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.vault import VaultLib, VaultSecret
-    from ansible.parsing.yaml.objects import AnsibleVaultEncryptedUnicode
 
-    secret = VaultSecret(b"test-vault-password")
-    encrypted = AnsibleVaultEncryptedUnicode.from_plaintext("from-the-vault", VaultLib([("default", secret)]), secret)
+    secrets = [("default", VaultSecret(b"test-vault-password"))]
+    ciphertext = VaultLib(secrets).encrypt("from-the-vault").decode()
+    # An inline !vault value as the inventory's loader hands it over (2.16 to 2.18: AnsibleVaultEncryptedUnicode,
+    # 2.19 and newer: EncryptedString), still encrypted: the Secrets' builder is what opens it.
+    loader = DataLoader()
+    loader.set_vault_secrets(secrets)
+    inline = "password: !vault |\n" + "".join(f"  {line}\n" for line in ciphertext.splitlines())
+    encrypted = loader.load(inline)["password"]
+    assert not isinstance(encrypted, str)
+    try:  # 2.19 and newer decrypt with the secrets of the process' vault context, as the CLI sets it up
+        from ansible.parsing.vault import VaultSecretsContext
+    except ImportError:  # 2.16 to 2.18: with the loader's
+        pass
+    else:
+        VaultSecretsContext.initialize(VaultSecretsContext(secrets))  # conftest's vault_secrets_per_test clears it
     settings = redbook_settings()
     settings["k8s_scale_csi_gui_secrets"][1]["password"] = encrypted
     values = k8s_scale.settings(settings)

@@ -5,8 +5,10 @@ provision of a lab costs minutes of both cores); the checks it makes of the lab 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -17,6 +19,7 @@ from nodeforge import ansible_settings, lab
 from nodeforge.cli import main
 from nodeforge.runner import RunOptions, run_playbook
 from nodeforge.runner import state_dir as runner_state_dir
+from tests.conftest import REPO
 
 pytestmark = [
     pytest.mark.slow,
@@ -85,8 +88,8 @@ def reprovision_changes_nothing(lab_name: str) -> None:
     assert again.exit_code == 0, again.output
     hosts = json.loads(again.stdout)["hosts"]
     assert all(c["changed"] == 0 for c in hosts.values())
-    # The run (Mitogen's connections) left one SSH master per node in nodeforge's socket directory, for the next run
-    # to ride (ControlPersist): ssh's own answer for each socket there.
+    # The run left one SSH master per node in nodeforge's private socket directory, for the next run to ride
+    # (ControlPersist): ssh's own answer for each socket there.
     sockets = sorted(ansible_settings.control_path_dir(runner_state_dir()).iterdir())
     checks = [
         subprocess.run(["ssh", "-O", "check", "-S", str(s), "node"], capture_output=True, text=True) for s in sockets
@@ -245,8 +248,25 @@ def host_key_checking_is_on(lab_name: str, nodes: list[str], tmp_path) -> None:
     assert result.hosts[nodes[1]]["ok"] == 1 and result.hosts[nodes[1]]["unreachable"] == 0, result.hosts
     [failure] = result.failures
     assert failure.host == nodes[0] and failure.unreachable
-    # Mitogen's words for ssh's "Host key verification failed" (the run's strategy is nodeforge_linear).
-    assert "mismatching host key" in failure.message, failure.message
+    assert "Host key verification failed" in failure.message, failure.message
+
+
+@pytest.mark.matrix
+def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
+    """The newest-core leg of make test's matrix (tools/matrix.sh): `lab up --provision` of one node through the CLI,
+    each node's state read from the node, then a no-op re-provision with 0 changed (the main session's 4-node lab
+    upgrade test makes the same checks on the README's ansible-core)."""
+    name = f"pytestmx{os.getpid()}"
+    mirror = tmp_path / "toolkit-mirror"
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(mirror)], check=True)
+    try:
+        up = CliRunner().invoke(main, ["lab", "up", "--nodes", "1", "--toolkit-mirror", str(mirror), "--provision",
+                                       "--json", "--name", name])  # fmt: skip
+        assert up.exit_code == 0, up.output
+        provisioned_lab_is_what_the_roles_say(name, [f"nodeforge-{name}-1"], json.loads(up.stdout))
+        reprovision_changes_nothing(name)
+    finally:
+        lab.down(name)
 
 
 def test_lab_provision_without_lab_says_so():

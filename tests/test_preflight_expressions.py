@@ -12,7 +12,6 @@ import subprocess
 from functools import partial
 
 import pytest
-import yaml
 
 from tests import role_expressions
 from tests.conftest import REPO
@@ -21,7 +20,7 @@ task = partial(role_expressions.task, "preflight")
 render = partial(role_expressions.render, "preflight")
 
 
-ROLE_VARS = yaml.safe_load((REPO / "roles" / "preflight" / "vars" / "main.yml").read_text())
+ROLE_VARS = role_expressions.load(REPO / "roles" / "preflight" / "vars" / "main.yml")
 EFIVAR = ROLE_VARS["__preflight_secure_boot_efivar"]
 NODE = "Record the Secure Boot state and whether nouveau is loaded"
 

@@ -1,5 +1,5 @@
-"""Locate the Ansible content shipped with the package: the nodeforge.gpu collection (its roles/ and playbooks/
-are the repository's top-level ones) and the sample inventories."""
+"""Locate the Ansible content shipped with the package: the nodeforge.gpu collection (which holds the roles/ and
+playbooks/ the repository's top-level links point at) and the sample inventories."""
 
 from __future__ import annotations
 
