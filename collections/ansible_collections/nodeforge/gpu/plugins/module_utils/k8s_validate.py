@@ -102,7 +102,7 @@ class CrdSchemas:
     """The openAPIV3Schema of each served version of the CustomResourceDefinitions given (from release manifests)."""
 
     def __init__(self, crds: Iterable[Mapping[str, Any]] = ()):
-        self._schemas: dict[str, dict] = {}
+        self.schemas: dict[str, dict] = {}
         for crd in crds:
             self.add(crd)
 
@@ -117,22 +117,22 @@ class CrdSchemas:
                 strict["properties"]["metadata"] = _METADATA_SCHEMA
                 strict["properties"]["apiVersion"] = {"type": "string"}
                 strict["properties"]["kind"] = {"type": "string"}
-                self._schemas[_crd_key(spec.get("group", ""), version["name"], kind)] = strict
+                self.schemas[_crd_key(spec.get("group", ""), version["name"], kind)] = strict
 
     @classmethod
     def merged(cls, *sources: CrdSchemas) -> CrdSchemas:
         """The schemas of all sources; an earlier source's version of a kind wins."""
         result = cls()
         for source in reversed(sources):
-            result._schemas.update(source._schemas)
+            result.schemas.update(source.schemas)
         return result
 
     def get(self, api_version: str, kind: str) -> dict | None:
         group, _, version = api_version.rpartition("/")
-        return self._schemas.get(_crd_key(group, version, kind))
+        return self.schemas.get(_crd_key(group, version, kind))
 
     def kinds(self) -> list[str]:
-        return sorted(self._schemas)
+        return sorted(self.schemas)
 
 
 def _label_problems(obj: Mapping[str, Any], name: str) -> list[Problem]:

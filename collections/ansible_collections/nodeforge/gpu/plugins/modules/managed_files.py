@@ -127,6 +127,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.nodeforge.gpu.plugins.module_utils.upstream import diff_mode
 
 
 def _read(path: str) -> bytes | None:
@@ -150,7 +151,7 @@ class Files:
 
     def note(self, path: str, action: str, before: bytes | None = None, after: bytes | None = None) -> None:
         self.actions[path] = action
-        if self.module._diff and (before is not None or after is not None):
+        if diff_mode(self.module) and (before is not None or after is not None):
             self.diffs.append(
                 {"before_header": path, "after_header": path, "before": _text(before), "after": _text(after)}
             )
@@ -215,14 +216,14 @@ class Files:
         if os.path.isdir(path) and not os.path.islink(path):
             self.module.fail_json(msg=f"{path} is a directory, not a file this module removes", **self.result())
         # The content is read only for the diff.
-        current = _read(path) if self.module._diff and os.path.isfile(path) else None
+        current = _read(path) if diff_mode(self.module) and os.path.isfile(path) else None
         if not self.module.check_mode:
             os.unlink(path)
         self.note(path, "removed", current, b"")
 
     def result(self) -> dict:
         result = {"changed": bool(self.actions), "changed_paths": list(self.actions), "actions": self.actions}
-        if self.module._diff:
+        if diff_mode(self.module):
             result["diff"] = self.diffs
         return result
 
