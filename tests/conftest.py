@@ -61,7 +61,11 @@ def load_fixture_repo():
 
 
 def collection_module(name: str):
-    """A module of the collection (plugins/modules/NAME.py), loaded as a Python module for its tests."""
+    """A module of the collection (plugins/modules/NAME.py), loaded as a Python module for its tests (the collection
+    loader first: a module imports the collection's module_utils by their ansible_collections names)."""
+    from nodeforge import collection
+
+    assert collection.model
     return load_module_file(
         f"nodeforge_module_{name}",
         REPO / "collections/ansible_collections/nodeforge/gpu/plugins/modules" / f"{name}.py",

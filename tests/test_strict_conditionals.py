@@ -7,7 +7,8 @@ as strict as 2.19.
 
 A string 'false' must mean false: before the fix, `when: preflight_fail_on_error` failed the run on 2.19 (and
 before 2.19 a truthy 'false' failed it too), and `preflight_enforce_pci and (...)` enforced the PCI counts that
-'false' turned off.
+'false' turned off. The last test renders nvidia_container_toolkit's own templates and vars with string booleans,
+where a truthy 'false' made nvidia the CRI-O default runtime, kept sslverify on and the memlock drop-ins.
 """
 
 from __future__ import annotations
@@ -52,15 +53,20 @@ def preflight(
         f"        ansible_connection: local\n        ansible_python_interpreter: {sys.executable}\n"
         f"        nodeforge_profile: lab\n        nodeforge_state_dir: {tmp_path}/state\n"
     )
+    return ansible_playbook(inventory, playbook, "--check", *extra_vars)
+
+
+def ansible_playbook(inventory: Path, playbook: str, *options: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """options: ansible-playbook's; each one that is not an option (no leading -) is an extra var (-e)."""
     env = {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(content.collections_dir()),
         "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
         "ANSIBLE_ALLOW_BROKEN_CONDITIONALS": "false",
     }
-    args = [a for value in extra_vars for a in ("-e", value)]
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), "--check", *args]
-    run = subprocess.run([*cmd, playbook], env=env, capture_output=True, text=True, timeout=300)
+    args = [a for option in options for a in ((option,) if option.startswith("-") else ("-e", option))]
+    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), *args, playbook]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     return run, json.loads(run.stdout)
 
 
@@ -129,3 +135,56 @@ def test_string_booleans_decide_whether_the_pci_counts_are_enforced(
     assert found["in_container"] is (in_container == "true")
     gpu_count_unmet = [m for m in found["unmet"] if m.startswith("expected exactly 1 NVIDIA GPUs")]
     assert len(gpu_count_unmet) == (1 if enforced else 0), found["unmet"]
+
+
+# The role's own defaults, vars and templates, rendered on the controller (nothing runs on a node).
+TOOLKIT_RENDER = """\
+- name: Render nvidia_container_toolkit's files and derived variables
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Load the role's defaults and vars
+      ansible.builtin.include_vars:
+        file: "{{ item }}"
+      loop: ["{{ toolkit_role }}/defaults/main.yml", "{{ toolkit_role }}/vars/main.yml"]
+
+    - name: Show what the role would write
+      ansible.builtin.debug:
+        msg:
+          crio: "{{ lookup('ansible.builtin.template', toolkit_role ~ '/templates/crio-nvidia.toml.j2') }}"
+          repo: "{{ lookup('ansible.builtin.template', toolkit_role ~ '/templates/nvidia-container-toolkit.repo.j2') }}"
+          memlock_services: "{{ __nvidia_container_toolkit_memlock_services }}"
+      vars:
+        __nvidia_container_toolkit_repo_url: https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch
+        __nvidia_container_toolkit_rpm_key: /etc/pki/rpm-gpg/nvidia-container-toolkit.asc
+"""
+
+
+@pytest.mark.parametrize("value", ["false", "true"])
+def test_string_booleans_in_the_container_toolkit_files(tmp_path, value):
+    (tmp_path / "play.yml").write_text(TOOLKIT_RENDER)
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    role = content.roles_dir() / "nvidia_container_toolkit"
+    run, report = ansible_playbook(
+        tmp_path / "hosts.yml",
+        str(tmp_path / "play.yml"),
+        f"toolkit_role={role}",
+        f"nvidia_container_toolkit_set_as_default={value}",
+        f"nvidia_container_toolkit_validate_certs={value}",
+        f"nvidia_container_toolkit_memlock={value}",
+        '{"nvidia_container_toolkit_runtimes": ["containerd", "crio", "docker"]}',
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr
+    [shown] = [
+        task["hosts"]["localhost"]["msg"]
+        for play in report["plays"]
+        for task in play["tasks"]
+        if task["task"]["name"] == "Show what the role would write"
+    ]
+    on = value == "true"
+    assert ('default_runtime = "nvidia"' in shown["crio"]) is on
+    assert f"sslverify={int(on)}" in shown["repo"].splitlines()
+    assert shown["memlock_services"] == (["containerd", "crio", "docker"] if on else [])
