@@ -327,3 +327,15 @@ def test_kubeconfig_server_names_the_current_or_given_context():
     assert k8s_objects.kubeconfig_server(text, "b") == "https://b:6443"
     with pytest.raises(k8s_objects.K8sConfigError, match="no context 'c'"):
         k8s_objects.kubeconfig_server(text, "c")
+
+
+@pytest.mark.parametrize(("given", "enabled"), [("false", False), ("no", False), ("true", True), ("yes", True)])
+def test_a_boolean_given_as_text_is_the_boolean_it_means(given, enabled):
+    """-e k8s_mpi_operator_enabled=false arrives as the text 'false', which Python reads as true: the settings are typed
+    by their argument spec, so the MPI Operator's objects follow what the operator said."""
+    c = cluster(k8s_mpi_operator_enabled=given, k8s_gpu_device_plugin_enabled=given)
+    assert c.get("k8s_mpi_operator_enabled") is enabled
+    assert bool(k8s_objects.mpi_operator(c, [])) is enabled
+    [device_plugin] = _file("k8s_gpu_device_plugin", "upstream", "nvidia-device-plugin.yml")
+    [runtime_class] = _file("k8s_gpu_device_plugin", "runtimeclass-nvidia.yaml")
+    assert bool(k8s_objects.gpu_device_plugin(c, device_plugin, runtime_class)) is enabled

@@ -126,9 +126,10 @@ def plain(value: Any) -> Any:
 
 
 def _effective(name: str, variables: Mapping[str, Any]) -> Any:
-    """The inventory's value, else the role default of the variable's argument spec (empty counts as unset)."""
+    """The inventory's value, typed as its argument spec says (model.typed), else the role default of the variable's
+    argument spec (empty counts as unset)."""
     value = plain(variables.get(name))
-    return model.all_vars()[name].default if model.is_empty(value) else value
+    return model.all_vars()[name].default if model.is_empty(value) else model.typed(name, value)
 
 
 def cluster_from(control: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Cluster:

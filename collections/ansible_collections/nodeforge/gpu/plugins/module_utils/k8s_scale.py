@@ -73,7 +73,7 @@ def settings(control: Mapping[str, Any], client_labels: list[Any] | tuple[Any, .
     for name, spec in model.all_vars().items():
         if spec.role == ROLE:
             value = _plain(control.get(name))
-            values[name] = copy.deepcopy(spec.default) if model.is_empty(value) else value
+            values[name] = copy.deepcopy(spec.default) if model.is_empty(value) else model.typed(name, value)
     found = sorted({str(label) for label in client_labels if not model.is_empty(label)})
     if len(found) > 1:
         raise K8sConfigError(

@@ -19,6 +19,7 @@ from functools import cache
 from typing import Any
 
 import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GLOBAL_PREFIX = "nodeforge_"
@@ -89,6 +90,19 @@ def host_profile(variables: Mapping, root: str | None = None) -> dict | None:
 # the roles' argument specs: Ansible's role argument validation fails on a vault-encrypted value under a no_log
 # option ("Unknown parameter type: AnsibleVaultEncryptedUnicode"), and these are the values that live in a vault.
 SECRET_VARIABLES = frozenset({"nvidia_driver_grid_client_token", "k8s_scale_csi_gui_secrets"})
+
+
+def typed(name: str, value: Any) -> Any:
+    """A value as its role's argument spec types it, where Ansible's own conversion applies: a bool variable given as
+    text (-e k8s_mpi_operator_enabled=false, an INI inventory's `yes`) as the boolean it means, as the role's argument
+    validation reads it. Anything else, and text that is no boolean (which `check` refuses), is returned unchanged."""
+    spec = all_vars().get(name)
+    if spec is not None and spec.type == "bool" and isinstance(value, str):
+        try:
+            return boolean(value, strict=True)
+        except TypeError:
+            return value
+    return value
 
 
 @dataclass(frozen=True)
