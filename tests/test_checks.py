@@ -372,6 +372,10 @@ def test_selinux_disabled_needs_the_opt_in(tmp_path):
     assert "selinux_modules_allow_disabled: true" in problem
     opted_in = {"selinux_modules_state": "disabled", "selinux_modules_allow_disabled": True}
     assert messages(write_inventory(tmp_path, hosts={"node-01": opted_in, "node-02": None})) == []
+    # The opt-in as text (-e selinux_modules_allow_disabled=true) is the boolean it means; "false" as text is no opt-in.
+    inv = write_inventory(tmp_path, hosts={"node-01": {"selinux_modules_state": "disabled"}, "node-02": None})
+    assert messages(inv, extravars={"selinux_modules_allow_disabled": "true"}) == []
+    assert len(messages(inv, extravars={"selinux_modules_allow_disabled": "false"})) == 1
     for state in ("enforcing", "permissive"):
         assert messages(write_inventory(tmp_path, {"selinux_modules_state": state})) == []
 

@@ -445,10 +445,11 @@ class HostModel:
         return self.origins.get(name, f"host {self.host}")
 
     def get(self, name: str) -> Value | None:
-        """The effective value, or None when unset or templated (a template's value is only known on the node)."""
+        """The effective value (typed as its argument spec says: model.typed), or None when unset or templated (a
+        template's value is only known on the node)."""
         if name in self.variables and not is_empty(self.variables[name]):
             value = self.variables[name]
-            return None if is_templated(value) else Value(value, self.origin(name), True)
+            return None if is_templated(value) else Value(typed(name, value), self.origin(name), True)
         if self.profile and not is_empty(self.profile.get("defaults", {}).get(name)):
             return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
         if name in MANIFEST_DEFAULTS:
