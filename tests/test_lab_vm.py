@@ -269,6 +269,9 @@ def _upgrade_driver(name: str, inventory: str, host: str, kernel: str, driver_va
 
 @pytest.mark.slow
 @needs_qemu
+# Each task in an emulated guest starts the guest's Python for its module (ansible-core's own connection: several
+# seconds under TCG, docs/testing.md); the test's ~150 node tasks take most of its time.
+@pytest.mark.timeout(3000)
 def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path):
     timings = {}
     start = time.monotonic()
