@@ -220,8 +220,9 @@ class InventoryView:
         try:
             return self.loader.load_from_file(path, cache="all", unsafe=True)
         except AnsibleParserError as exc:
-            if _not_utf8(path) != NOT_UTF8:  # 2.19 and newer read such a file and fail in the YAML parser
-                self.errors.append(Problem(path, "", "", _not_utf8(path), "a UTF-8 text file"))
+            not_utf8 = _not_utf8(path)
+            if not_utf8 != NOT_UTF8:  # 2.19 and newer read such a file and fail in the YAML parser
+                self.errors.append(Problem(path, "", "", not_utf8, "a UTF-8 text file"))
                 return None
             where, line = _error_position(exc)
             message = _first_line(getattr(exc, "message", exc))
@@ -320,8 +321,9 @@ def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) ->
             else:
                 data = parse_kv(text)
         except AnsibleError as exc:
-            if text.startswith("@") and _not_utf8(text[1:]) != NOT_UTF8:  # 2.19 and newer: a YAML error
-                raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:])}") from exc
+            not_utf8 = _not_utf8(text[1:]) if text.startswith("@") else NOT_UTF8
+            if not_utf8 != NOT_UTF8:  # 2.19 and newer: a YAML error
+                raise CheckInputError(f"-e {text!r}: {not_utf8}") from exc
             raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}") from exc
         except UnicodeError as exc:
             raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:] if text.startswith('@') else None)}") from exc
