@@ -5,7 +5,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -196,6 +198,55 @@ def new_vault_process() -> None:
 def vault_secrets_per_test():
     yield
     new_vault_process()
+
+
+def _hang_report(state: Path) -> str:
+    """What a test that is about to time out was waiting on: the process tree, the processes of each lab or molecule
+    container, and the last output of each playbook run in the test's state dir (the artifacts' stdout)."""
+    env = {**os.environ, "CONTAINERS_CONF": str(REPO / "containers" / "containers.conf")}
+
+    def run(*argv: str) -> str:
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=env)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{' '.join(argv)}: {err}\n"
+        return proc.stdout + proc.stderr
+
+    parts = ["== processes ==", run("ps", "-eo", "pid,ppid,etime,stat,wchan:20,args", "--forest")]
+    for name in run("podman", "ps", "--format", "{{.Names}}").split():
+        parts += [f"== container {name} ==", run("podman", "exec", name, "ps", "-eo", "pid,etime,stat,args")]
+    # Each playbook run's last events (a run still going has no stdout file yet; its events are written as they come).
+    for events in sorted(state.glob("runner/artifacts/*/job_events")):
+        files = sorted(events.iterdir(), key=lambda f: f.stat().st_mtime)[-20:]
+        parts.append(f"== {events.parent.name}: the last {len(files)} events ==")
+        for file in files:
+            with contextlib.suppress(OSError, ValueError):
+                event = json.loads(file.read_text())
+                data = event.get("event_data") or {}
+                stamp = time.strftime("%H:%M:%S", time.localtime(file.stat().st_mtime))
+                parts.append(f"{stamp} {event.get('event')} {data.get('host', '')} {data.get('task', '')}")
+    return "\n".join(line[:400] for part in parts for line in part.splitlines())
+
+
+@pytest.fixture(autouse=True)
+def hang_watch(request, state_dir):
+    """A slow test still running two minutes before its timeout prints what it waits on (shown with the timeout's
+    failure), so that a hang in CI can be told from a slow run and named."""
+    if request.node.get_closest_marker("slow") is None:
+        yield
+        return
+    marker = request.node.get_closest_marker("timeout")
+    limit = float(marker.args[0]) if marker and marker.args else float(request.config.getini("timeout") or 0)
+    if limit <= 180:
+        yield
+        return
+    timer = threading.Timer(limit - 120, lambda: print(_hang_report(state_dir), flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @pytest.fixture(autouse=True)
