@@ -270,9 +270,29 @@ def test_nvidia_install_guide_source_list_is_recognised(url, tmp_path):
 HOOK_PATH = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
 
 
+def conditions(file: str, name: str) -> list[str]:
+    """The named task's `when`, as a list of conditions."""
+    when = role_expressions.task("nvidia_container_toolkit", file, name).get("when", [])
+    return [when] if isinstance(when, str) else list(when)
+
+
+def holds(variables: dict, *tasks: tuple[str, str]) -> bool:
+    """Whether every condition of the given tasks (file, name) holds: an include's and then a task of its file."""
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return all(
+        templar.template(trusted("{{ (" + condition + ") | bool }}"))
+        for file, name in tasks
+        for condition in conditions(file, name)
+    )
+
+
+HOOKS_INCLUDE = ("main.yml", "Install or remove the OCI prestart hook (podman, CRI-O hooks mode)")
+
+
 def hook_removed(probe_content: str | None, reread: dict | None = None) -> bool:
     """Whether hooks.yml removes the hook file on a node without a hooks runtime, from main.yml's probe answer (None:
-    no file) and, after an install in the run, the slurp that read it again (None: skipped)."""
+    no file) and, after an install in the run, the slurp that read it again (None: skipped). main.yml includes
+    hooks.yml only when one of them may have found a hook."""
     task = role_expressions.task(
         "nvidia_container_toolkit", "hooks.yml", "Remove the hook that no configured runtime uses"
     )
@@ -284,10 +304,21 @@ def hook_removed(probe_content: str | None, reread: dict | None = None) -> bool:
         "__nvidia_container_toolkit_node": {
             "read": {HOOK_PATH: {"exists": probe_content is not None, "content": probe_content}}
         },
+        # hooks.yml reads the hook again only after an install in the run.
+        "__nvidia_container_toolkit_install": {"changed": reread is not None},
         "__nvidia_container_toolkit_hook_reread": reread or {"changed": False, "skipped": True},
     }
-    templar = Templar(loader=DataLoader(), variables=variables)
-    return all(templar.template(trusted("{{ (" + condition + ") | bool }}")) for condition in task["when"])
+    return holds(variables, HOOKS_INCLUDE, ("hooks.yml", "Remove the hook that no configured runtime uses"))
+
+
+def test_a_converged_node_without_hooks_skips_the_hook_tasks_at_once():
+    variables = {
+        "__nvidia_container_toolkit_hook_path": HOOK_PATH,
+        "__nvidia_container_toolkit_node": {"read": {HOOK_PATH: {"exists": False, "content": None}}},
+        "__nvidia_container_toolkit_install": {"changed": False, "skipped": True},
+    }
+    assert holds({**variables, "__nvidia_container_toolkit_hooks": False}, HOOKS_INCLUDE) is False
+    assert holds({**variables, "__nvidia_container_toolkit_hooks": True}, HOOKS_INCLUDE) is True
 
 
 def test_only_the_hook_as_nodeforge_wrote_it_is_removed():
@@ -309,10 +340,8 @@ ROLE_VARS = role_expressions.load(ROLE / "vars" / "main.yml")
 
 
 def root_given_back(content: str | None) -> bool:
-    """Whether driver_container.yml runs its give-back edit on a host-driver node, from main.yml's probe answer."""
-    task = role_expressions.task(
-        "nvidia_container_toolkit", "driver_container.yml", "Give the host driver back its root"
-    )
+    """Whether driver_container.yml runs its give-back edit on a host-driver node, from main.yml's probe answer
+    (main.yml includes driver_container.yml on such a node only when the probe found the root line)."""
     variables = {
         **ROLE_VARS,
         "__nvidia_container_toolkit_driver_container": False,
@@ -320,8 +349,11 @@ def root_given_back(content: str | None) -> bool:
             "read": {RUNTIME_CONFIG: {"exists": content is not None, "content": content}}
         },
     }
-    templar = Templar(loader=DataLoader(), variables=variables)
-    return all(templar.template(trusted("{{ (" + condition + ") | bool }}")) for condition in task["when"])
+    return holds(
+        variables,
+        ("main.yml", "Point the runtime at the GPU Operator's driver container, or at the host driver"),
+        ("driver_container.yml", "Give the host driver back its root"),
+    )
 
 
 def test_only_a_config_with_the_driver_containers_root_line_is_edited_back():
@@ -359,3 +391,107 @@ def test_only_memlock_drop_ins_found_on_the_node_are_removed():
         loader=DataLoader(), variables={**variables, "__nvidia_container_toolkit_node": {"paths": nothing}}
     )
     assert templar.template(trusted("{{ __found | length > 0 }}")) is False
+
+
+PACKAGES = ["nvidia-container-toolkit", "libnvidia-container1"]
+PACKAGES_INCLUDE = ("install-apt.yml", "Install and hold the pinned toolkit packages")
+
+
+@pytest.mark.parametrize(
+    ("dpkg", "check_mode", "pin_changed", "pending", "expected"),
+    [
+        # Converged: both installed at the chosen build and held; nothing for apt or dpkg.
+        ("nvidia-container-toolkit hi 1.20.0-1\nlibnvidia-container1 hi 1.20.0-1\n", False, False, False, False),
+        # A hold an operator released: dpkg has a hold to set again.
+        ("nvidia-container-toolkit ii 1.20.0-1\nlibnvidia-container1 hi 1.20.0-1\n", False, False, False, True),
+        # A move to another version: holds released, install, holds.
+        ("nvidia-container-toolkit hi 1.19.1-1\nlibnvidia-container1 hi 1.19.1-1\n", False, True, False, True),
+        # Nothing installed yet.
+        ("nvidia-container-toolkit un \n", False, True, False, True),
+        # Check mode with a changed pin (and nothing else to do): the step says it cannot simulate the install.
+        ("nvidia-container-toolkit hi 1.20.0-1\nlibnvidia-container1 hi 1.20.0-1\n", True, True, False, True),
+        # Check mode before the repository is configured: nothing to ask apt about.
+        ("nvidia-container-toolkit un \n", True, False, True, False),
+    ],
+)
+def test_the_package_step_runs_only_when_apt_or_dpkg_has_work(dpkg, check_mode, pin_changed, pending, expected):
+    registered = {
+        "__nvidia_container_toolkit_version": "1.20.0",
+        "__nvidia_container_toolkit_packages": PACKAGES,
+        "__nvidia_container_toolkit_apt_state": {
+            "commands": {
+                "dpkg": {"stdout_lines": dpkg.splitlines()},
+                "madison": {"stdout_lines": [" nvidia-container-toolkit | 1.20.0-1 | http://x/ Packages"]},
+            }
+        },
+    }
+    todo = render(
+        "install-apt.yml",
+        "Choose the package version of the pinned toolkit version",
+        "__nvidia_container_toolkit_todo",
+        **registered,
+    )
+    variables = {
+        "ansible_check_mode": check_mode,
+        "__nvidia_container_toolkit_pending": pending,
+        "__nvidia_container_toolkit_todo": todo,
+        "__nvidia_container_toolkit_pin": {"changed": pin_changed},
+    }
+    assert holds(variables, PACKAGES_INCLUDE) is expected
+
+
+def cdi(state: str, check_mode: bool = False, installed_now: bool = False) -> tuple[str | None, str | None]:
+    """What cdi.yml does in the given state: the report it shows (None: none) and the file it includes (None: none)."""
+    decide = role_expressions.task("nvidia_container_toolkit", "cdi.yml", "Decide how to provide the CDI specification")
+    variables = {
+        **ROLE_VARS,
+        **decide["vars"],
+        "inventory_hostname": "node-01",
+        "ansible_check_mode": check_mode,
+        "nodeforge_in_container": True,
+        "nvidia_container_toolkit_cdi": "disabled" if state == "disabled" else "auto",
+        "nvidia_container_toolkit_cdi_spec": "/etc/cdi/nvidia.yaml",
+        "__nvidia_container_toolkit_driver_container": state == "driver_container",
+        "__nvidia_container_toolkit_node": {"paths": {"/dev/nvidiactl": {"exists": state in ("refresh", "generated")}}},
+        "__nvidia_container_toolkit_version": "1.20.0" if state == "refresh" else "1.17.8",
+        "__nvidia_container_toolkit_install": {"changed": installed_now},
+    }
+    templar = Templar(loader=DataLoader(), variables=variables)
+    facts = templar.template(decide["ansible.builtin.set_fact"])
+    assert facts["__nvidia_container_toolkit_cdi_state"] == state
+    variables = {**variables, **facts}
+    report = role_expressions.task(
+        "nvidia_container_toolkit", "cdi.yml", "Report why this run writes no CDI specification"
+    )
+    templar = Templar(loader=DataLoader(), variables={**variables, **report["vars"]})
+    message = (
+        templar.template(report["ansible.builtin.debug"]["msg"])
+        if holds(variables, ("cdi.yml", report["name"]))
+        else None
+    )
+    include = role_expressions.task(
+        "nvidia_container_toolkit",
+        "cdi.yml",
+        "Provide the CDI specification (the refresh units of toolkit >= 1.18, else nvidia-ctk cdi generate)",
+    )
+    included = (
+        Templar(loader=DataLoader(), variables=variables).template(include["ansible.builtin.include_tasks"]["file"])
+        if holds(variables, ("cdi.yml", include["name"]))
+        else None
+    )
+    return message, included
+
+
+def test_cdi_reports_and_includes_what_each_node_needs():
+    message, included = cdi("skipped")
+    assert message.startswith("node-01: no NVIDIA GPU (no /dev/nvidiactl, this is a container)") and included is None
+    message, included = cdi("driver_container")
+    assert "GPU Operator's driver container" in message and included is None
+    assert cdi("disabled") == (None, None)
+    assert cdi("refresh") == (None, "cdi_refresh.yml")
+    assert cdi("generated") == (None, "cdi_generate.yml")
+    # Check mode before the install: said so; the refresh file still looks for a second specification.
+    message, included = cdi("refresh", check_mode=True, installed_now=True)
+    assert "a real run enables nvidia-cdi-refresh.path" in message and included == "cdi_refresh.yml"
+    message, included = cdi("generated", check_mode=True, installed_now=True)
+    assert "writes /etc/cdi/nvidia.yaml with nvidia-ctk cdi generate" in message and included is None

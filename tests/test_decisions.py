@@ -140,13 +140,15 @@ def test_runtime_restart_in_check_mode_says_it_would():
 
 
 def _driver_reboot(loaded, installed, *, container=False, changed=False, nouveau=False, blacklist=True, **changes):
-    """The role's own decision task (nvidia_driver configure.yml), rendered with the node state given."""
-    from tests.role_expressions import render
+    """The role's own decision (nvidia_driver configure.yml, the announcement's reasons), rendered with the node
+    state given."""
+    from tests.role_expressions import render_arg
 
-    return render(
+    return render_arg(
         "nvidia_driver",
         "configure.yml",
-        "Decide whether the node needs a reboot for the driver",
+        "Announce that the driver needs a reboot",
+        "vars",
         "__nvidia_driver_reboot_reasons",
         __nvidia_driver_loaded_version=loaded,
         __nvidia_driver_installed_version=installed,

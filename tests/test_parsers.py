@@ -301,7 +301,7 @@ def test_driver_role_records_the_installed_version_from_the_read_it_has(after, s
 
     found = role_expressions.render(
         "nvidia_driver",
-        "setup-Debian.yml",
+        "packages-Debian.yml",
         "Record the installed driver version",
         "__nvidia_driver_installed_version",
         __nvidia_driver_dpkg_after=after,
@@ -338,9 +338,7 @@ def test_driver_role_decides_holds_from_the_state_after_a_release(released, expe
         "__nvidia_driver_package_version": "535.216.03-1",
     }
     name = "Decide what apt and dpkg still have to do"
-    assert (
-        role_expressions.render("nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_todo_install", **registered)
-        == []
-    )
-    hold = role_expressions.render("nvidia_driver", "setup-Debian.yml", name, "__nvidia_driver_todo_hold", **registered)
+    file = "packages-Debian.yml"
+    assert role_expressions.render("nvidia_driver", file, name, "__nvidia_driver_todo_install", **registered) == []
+    hold = role_expressions.render("nvidia_driver", file, name, "__nvidia_driver_todo_hold", **registered)
     assert hold == expected_hold

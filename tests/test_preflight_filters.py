@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
 from nodeforge.collection import preflight
 from tests import role_expressions
 
@@ -43,16 +46,22 @@ def test_free_disk_agrees_with_statvfs(tmp_path):
 def test_role_records_free_space_through_the_filter():
     registered = df("/", "/no/such/path")
     assert registered["rc"] == 1  # df's exit status for a missing path, which the role does not count as a failure
-    rendered = role_expressions.render(
-        "preflight",
-        "main.yml",
-        "Record the free space per path",
-        "__preflight_free_disk_gb",
-        __preflight_probe={"commands": {"df": registered}},
-        preflight_min_free_gb={"/": 10, "/no/such/path": 10},
-    )
-    assert rendered == preflight.free_disk_gib(registered["stdout"], ["/", "/no/such/path"])
-    assert rendered["/"] > 0 and rendered["/no/such/path"] is None
+    empty = {"rc": 0, "stdout": "", "stdout_lines": [], "stderr": "", "stderr_lines": [], "skipped": False}
+    probe = {
+        "commands": {"mokutil": empty, "secure_boot_byte": empty, "modules": empty, "pci": empty, "df": registered},
+        "paths": {path: {"exists": False} for path in ("/efivar", "/sys/firmware/efi", "/sys/module/nouveau")},
+    }
+    task = role_expressions.task("preflight", "main.yml", "Set the preflight result")
+    variables = {
+        "__preflight_probe": probe,
+        "preflight_min_free_gb": {"/": 10, "/no/such/path": 10},
+        "__preflight_secure_boot_efivar": "/efivar",
+        "nodeforge_in_container": False,
+        "nodeforge_hw": {"hcas": []},
+    }
+    rendered = Templar(loader=DataLoader(), variables=variables).template(task["vars"]["__preflight_probed"])
+    assert rendered["free_disk_gb"] == preflight.free_disk_gib(registered["stdout"], ["/", "/no/such/path"])
+    assert rendered["free_disk_gb"]["/"] > 0 and rendered["free_disk_gb"]["/no/such/path"] is None
 
 
 def test_disk_unmet_messages():

@@ -55,7 +55,7 @@ def test_an_unset_ofed_mode_keeps_the_installed_mlnx_ofed(node):
     facts = json.loads(node.file("/root/ofed_facts.json").content_string)
     assert (facts["mode"], facts["stack"]) == ("mlnx_ofed", "mlnx_ofed")
     assert facts["mode_from"].startswith("the installed stack (ofed_mode unset")
-    report = run.results("Report what ofed works with")[-1]["msg"][0]
+    report = run.results("Check the settings and report what ofed works with")[-1]["msg"][0]
     assert "stack mlnx_ofed (from the installed stack (ofed_mode unset; the default would be doca))" in report
     assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
 
