@@ -64,7 +64,16 @@ def _condition(task: dict, variables: dict) -> bool:
 ROLE_VARS = role_expressions.load(content.roles_dir() / "nvidia_driver" / "vars" / "main.yml")
 
 
-def packages_included(lines=CONVERGED, *, pending=False, check=False, pin_changed=False, before=VERSION, prereqs=""):
+def packages_included(
+    lines=CONVERGED,
+    *,
+    pending=False,
+    check=False,
+    pin_changed=False,
+    before=VERSION,
+    prereqs="",
+    kernels=("6.1.0-31-amd64",),
+):
     """Whether setup-Debian.yml includes packages-Debian.yml, from the probe's answer."""
     task = role_expressions.task("nvidia_driver", "setup-Debian.yml", PACKAGES)
     variables = {
@@ -73,11 +82,11 @@ def packages_included(lines=CONVERGED, *, pending=False, check=False, pin_change
         "ansible_check_mode": check,
         "__nvidia_driver_pin": {"changed": pin_changed},
         "__nvidia_driver_source": "distro",
-        "__nvidia_driver_kernels": ["6.1.0-31-amd64"],
+        "__nvidia_driver_kernels": list(kernels),
         "__nvidia_driver_headers_prefix": "linux-headers-",
         "__nvidia_driver_pkgset": {**PKGSET, "dkms": "nvidia-kernel-dkms"},
         "__nvidia_driver_apt_state": {
-            "commands": {"packages": {"stdout_lines": lines}, "prereqs": {"stdout": prereqs}}
+            "commands": {"packages": {"stdout_lines": lines}, "prereqs": {} if prereqs is None else {"stdout": prereqs}}
         },
         "__nvidia_driver_installed_before": before,
         "__nvidia_driver_package_version": VERSION,
@@ -112,20 +121,7 @@ def test_the_package_steps_run_wherever_one_of_them_acts(case):
 
 def test_a_container_has_no_headers_to_install():
     # No kernel to build for: no prerequisites at all (the probe does not even ask dpkg).
-    task = role_expressions.task("nvidia_driver", "setup-Debian.yml", PACKAGES)
-    variables = {
-        **ROLE_VARS,
-        "__nvidia_driver_pending": False,
-        "ansible_check_mode": False,
-        "__nvidia_driver_pin": {"changed": False},
-        "__nvidia_driver_source": "distro",
-        "__nvidia_driver_kernels": [],
-        "__nvidia_driver_pkgset": {**PKGSET, "dkms": "nvidia-kernel-dkms"},
-        "__nvidia_driver_apt_state": {"commands": {"packages": {"stdout_lines": CONVERGED}, "prereqs": {}}},
-        "__nvidia_driver_installed_before": VERSION,
-        "__nvidia_driver_package_version": VERSION,
-    }
-    assert _condition(task, variables) is False
+    assert packages_included(kernels=[], prereqs=None) is False
 
 
 def test_the_installed_version_stands_without_an_install():
