@@ -5,6 +5,8 @@ variants of them, and through Ansible's templar as the playbook will call them."
 from __future__ import annotations
 
 import random
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,67 @@ def test_driver_version_cut_inside_the_version_is_not_read_as_a_shorter_one():
     cut = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.26"
     assert parse_error(acceptance.nvidia_driver_version, cut).line == cut
     assert parse_error(acceptance.nvidia_driver_version, "").line == ""
+
+
+# The ID line: the head, blanks, then a line's worth of what the former single pattern backtracked on.
+HOSTILE_NVRM = "NVRM version: NVIDIA UNIX x86_64 Kernel Module"
+HOSTILE_LINE_CHARS = 112 * 1024
+
+
+@pytest.mark.parametrize(
+    ("tail", "version"),
+    [
+        (" " * HOSTILE_LINE_CHARS + "535.261.03  Sat Jun 14 16:05:50 UTC 2025", "535.261.03"),
+        (" " * HOSTILE_LINE_CHARS, None),
+        (" Kernel Module" * (HOSTILE_LINE_CHARS // 14) + "  535.261.03  Sat", "535.261.03"),
+        (" Kernel Module" * (HOSTILE_LINE_CHARS // 14), None),
+        (" 1." * (HOSTILE_LINE_CHARS // 3), None),
+        ("\t" * HOSTILE_LINE_CHARS + "535.261.03" + " " * HOSTILE_LINE_CHARS, None),
+    ],
+    ids=["blanks-then-version", "blanks", "repeated-module-then-version", "repeated-module", "dots", "cut-version"],
+)
+def test_driver_version_of_a_112_kb_line_is_read_in_linear_time(tail, version):
+    """The former pattern took 7 s on 20 KB of blanks after the module's name (quadratic: minutes for 112 KB)."""
+    line = HOSTILE_NVRM + tail
+    started = time.perf_counter()
+    if version is None:
+        assert parse_error(acceptance.nvidia_driver_version, line).line == line
+    else:
+        parsed = acceptance.nvidia_driver_version(line)
+        assert (parsed["version"], parsed["flavor_hint"]) == (version, "proprietary")
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.5, f"a {len(line)}-character NVRM line took {elapsed:.2f} s"
+
+
+def test_driver_version_reads_what_the_single_pattern_read():
+    """The three-step reading gives the version and flavor that the former single pattern gave, on short lines mixed
+    from the ID line's parts (splitlines' lines: no line break inside)."""
+    former = re.compile(
+        r"NVRM version:\s+(?P<id>NVIDIA UNIX\b.*?Kernel Module\b.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)*)\s+\S"
+    )
+    parts = [" ", "  ", "\t", "\u00a0", "1", "1.2", " 535.261.03 ", "535.261.03", ".", "x", "\u0663.\u0663",
+             "Kernel Module", "Module", "Kernel Modules", "-", "Open Kernel Module", "for x86_64", "NVIDIA UNIX",
+             " 1.2\u00a0", "Sat"]  # fmt: skip
+    rng = random.Random(4242)
+    read = 0
+    for _ in range(20000):
+        line = (
+            "NVRM version:"
+            + rng.choice([" ", "  ", "\t", "", " x"])
+            + rng.choice(["NVIDIA UNIX", "NVIDIA UNIXy", "NVIDIA UNIX x86_64"])
+            + "".join(rng.choice(parts) for _ in range(rng.randint(0, 4)))
+            + rng.choice([" Kernel Module", "Kernel Module", " Kernel Modules", ""])
+            + "".join(rng.choice(parts) for _ in range(rng.randint(0, 8)))
+        )
+        match = former.match(line)
+        if match is None:
+            assert parse_error(acceptance.nvidia_driver_version, line).line == line
+            continue
+        read += 1
+        parsed = acceptance.nvidia_driver_version(line)
+        flavor = "open" if "Open Kernel Module" in match["id"] else "proprietary"
+        assert (parsed["version"], parsed["flavor_hint"]) == (match["version"], flavor), line
+    assert read > 500  # the mix reaches lines that hold a version, not only refusals
 
 
 def test_evaluate_driver_version():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
 import threading
 import time
@@ -19,6 +20,8 @@ from nodeforge.runner import (
     EXIT_UNREACHABLE,
     Canceller,
     RunOptions,
+    RunResult,
+    _cmdline,
     run_playbook,
     state_dir,
 )
@@ -273,3 +276,69 @@ def test_operator_extra_vars_reach_the_run_through_private_files(local_inventory
     assert f"@{tmp_path / 'more.yml'}" in command
     assert not any("s3cret" in part or "marker_content" in part for part in command), command
     assert not list((state_dir() / "runner" / "extravars").iterdir())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# --vault-password-file: ansible-playbook runs in the playbook's directory, so a path relative to the operator's
+# passed the check and then failed the run ("playbooks/<path> was not found").
+
+
+def _vault_inventory(directory: Path) -> Path:
+    inventory = directory / "hosts.yml"
+    inventory.write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        n1:\n      vars:\n        nodeforge_profile: lab\n"
+    )
+    return inventory
+
+
+def _no_run() -> RunResult:
+    return RunResult("site.yml", "successful", 0, "", {}, [], {}, {}, 0.0)
+
+
+def test_a_relative_vault_password_file_reaches_ansible_playbook_by_its_absolute_path(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from nodeforge import cli
+
+    (tmp_path / "secrets").mkdir()
+    password_file = tmp_path / "secrets" / "vault-pass"
+    password_file.write_text("correct horse\n")
+    monkeypatch.chdir(tmp_path)
+    # The runner, whoever calls it: the command line ansible-playbook gets names the file by its absolute path.
+    opts = RunOptions(vault=["--vault-id=dev@prompt", "--vault-password-file=secrets/vault-pass"])
+    assert shlex.split(_cmdline(opts, [])) == ["--vault-id=dev@prompt", f"--vault-password-file={password_file}"]
+    # Through the CLI: the check and the run both get the absolute path.
+    seen = {}
+
+    def fake_run(playbook, opts, on_tick=None, gate=None, **_kw):
+        gate()  # the CLI's check, which reads the same file
+        seen["cmdline"] = shlex.split(_cmdline(opts, []))
+        return _no_run()
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    inventory = _vault_inventory(tmp_path)
+    result = CliRunner().invoke(
+        cli.main, ["provision", "-i", str(inventory), "--vault-password-file", "secrets/vault-pass"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["cmdline"] == [f"--vault-password-file={password_file}"]
+
+
+@pytest.mark.parametrize("verb", ["provision", "check"])
+def test_a_missing_vault_password_file_is_refused_by_name_before_anything_runs(tmp_path, monkeypatch, verb):
+    from click.testing import CliRunner
+
+    from nodeforge import cli
+
+    def never(*_args, **_kw):
+        raise AssertionError("ran with a vault password file that does not exist")
+
+    monkeypatch.setattr(cli, "run_playbook", never)
+    monkeypatch.chdir(tmp_path)
+    inventory = _vault_inventory(tmp_path)
+    result = CliRunner().invoke(cli.main, [verb, "-i", str(inventory), "--vault-password-file", "secrets/vault-pass"])
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # a usage error, not a traceback
+    assert "Invalid value for '--vault-password-file' / '--vault-pass-file': " in result.output
+    assert f"secrets/vault-pass does not exist (looked for {tmp_path / 'secrets' / 'vault-pass'})" in result.output
+    assert not list((state_dir() / "runner").glob("artifacts/*"))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +62,22 @@ def _console(json_mode: bool = False) -> Console:
     return Console(stderr=json_mode, highlight=False)
 
 
+def _absolute_vault_password_files(
+    _ctx: click.Context, _param: click.Parameter, paths: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Each file by its absolute path, as -e @file is (ansible-playbook runs in the playbook's directory); a file that
+    is not there stops the command before anything runs. Not resolved through links: a vault client script is known by
+    its own name (*-client)."""
+    absolute = []
+    for path in paths:
+        full = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isfile(full):
+            found = "is a directory" if os.path.isdir(full) else "does not exist"
+            raise click.BadParameter(f"{path} {found} (looked for {full}): expected the vault password file")
+        absolute.append(full)
+    return tuple(absolute)
+
+
 def inventory_options() -> list[Any]:
     """How Ansible is told where the inventory is and how to open its vault: the same flags as ansible-playbook."""
     return [
@@ -77,6 +95,7 @@ def inventory_options() -> list[Any]:
             "--vault-pass-file",
             "vault_password_files",
             multiple=True,
+            callback=_absolute_vault_password_files,
             help="File holding the vault password; repeatable.",
         ),
         click.option("-J", "--ask-vault-pass", "ask_vault_pass", is_flag=True, help="Ask for the vault password."),
@@ -289,6 +308,15 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
     """Exit code: 0 when every check passed or does not apply, non-zero when a check failed or a node was not
     validated (unreachable, or the run stopped before its report)."""
     to_stdout = json_file == "-"
+    reports = {
+        "--json": Path(json_file) if json_file and not to_stdout else None,
+        "--junit": junit_file,
+        "--html": html_file,
+    }
+    for option, path in reports.items():
+        if path is not None:
+            with output_errors(option) as safe_write:
+                safe_write.check_file(path)  # refused before the run, not after it
 
     def present(console: Console, result: RunResult) -> int:
         found = validate_report.payload(result)
@@ -297,16 +325,34 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
             console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}")
         if to_stdout:
             report.print_json(Console(), found)
-        elif json_file:
-            validate_report.write_json(Path(json_file), found)
-        if junit_file:
-            junit_file.write_text(validate_report.junit(found))
-        if html_file:
-            html_file.write_text(validate_report.html_report(found))
+        texts = {
+            "--json": validate_report.json_text,
+            "--junit": validate_report.junit,
+            "--html": validate_report.html_report,
+        }
+        for option, path in reports.items():
+            if path is not None:
+                with output_errors(option) as safe_write:
+                    safe_write.write_file(path, texts[option](found))
         return found["exit_code"]
 
     extravars = {"validate_perf": True} if perf else {}
     sys.exit(run_verb("validate", _inputs(kw), to_stdout, extravars=extravars, present=present, **kw))
+
+
+@contextlib.contextmanager
+def output_errors(option: str) -> Iterator[Any]:
+    """plugin_utils/safe_write.py, the one writer of the files a command writes where option says (loaded here: it
+    goes through ansible-core's collection loader); a refusal exits 2 naming option, a failure to write exits 1."""
+    import nodeforge.collection  # noqa: F401  (installs the collection loader)
+    from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write  # isort: skip
+
+    try:
+        yield safe_write
+    except safe_write.UnsafeOutputError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{option}'") from exc
+    except safe_write.OutputError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def _inputs(kw: dict[str, Any]) -> Inputs:
@@ -365,7 +411,8 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
     from nodeforge import scaffold  # the profiles' specs come from the collection
 
     try:
-        written = scaffold.write(directory, profile, nodes, host_prefix, node_os)
+        with output_errors("DIRECTORY"):
+            written = scaffold.write(directory, profile, nodes, host_prefix, node_os)
     except scaffold.ScaffoldError as exc:
         raise click.ClickException(str(exc)) from exc
     except OSError as exc:
@@ -384,7 +431,21 @@ def lab_group() -> None:
     """The lab: podman container nodes reached over SSH, provisioned through the CLI."""
 
 
-_lab_name = click.option("--name", default="lab", show_default=True, help="Lab name (containers nodeforge-NAME-N).")
+def _checked_lab_name(_ctx: click.Context, _param: click.Parameter, name: str) -> str:
+    """A lab's name becomes a directory that `lab down` removes: refused before any verb uses it as a path."""
+    problem = lab.name_problem(name)
+    if problem:
+        raise click.BadParameter(problem)
+    return name
+
+
+_lab_name = click.option(
+    "--name",
+    default="lab",
+    show_default=True,
+    callback=_checked_lab_name,
+    help="Lab name (containers nodeforge-NAME-N).",
+)
 
 
 def _lab_call(func: Any, *args: Any) -> Any:

@@ -16,7 +16,7 @@ import click
 import yaml
 from rich.console import Console
 
-from nodeforge import checks, cli
+from nodeforge import checks, cli, report
 from nodeforge.collection import k8s_validate, model
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: skip
@@ -25,6 +25,7 @@ from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: s
     k8s_scale,
     mpijob_convert,
 )
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write  # isort: skip
 
 K8S_PLAYBOOK = "k8s.yml"
 RENDER = cli.Verb(K8S_PLAYBOOK, "Write every cluster object, one file each plus kustomization.yaml (for GitOps).")
@@ -64,7 +65,7 @@ def register(main: click.Group) -> None:
         required=True,
         type=click.Path(file_okay=False, path_type=Path),
         help="Directory to write the objects into (created; files nodeforge rendered before and no longer renders "
-        "are removed).",
+        "are removed). Refused where another user could write (unless sticky): render into your own directory.",
     )
     @click.option(
         "--include-secrets",
@@ -73,6 +74,8 @@ def register(main: click.Group) -> None:
         "out (apply always applies them).",
     )
     def render(output: Path, include_secrets: bool, **kw: Any) -> None:
+        # Refused here, before Ansible starts; the action checks again as it writes (plugin_utils/safe_write.py).
+        _check_output_dir(output, kw["json_mode"])
         _run(
             "render",
             RENDER,
@@ -350,5 +353,17 @@ def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        with cli.output_errors("-o"):
+            safe_write.write_file(output, text)
         Console(stderr=True, highlight=False).print(f"wrote {len(objects)} object(s) to {output}", soft_wrap=True)
+
+
+def _check_output_dir(output: Path, json_mode: bool) -> None:
+    """Refuse (exit 2, naming the directory and why) an output directory others could plant files in."""
+    try:
+        with cli.output_errors("-o"):
+            safe_write.check_directory(output)
+    except click.ClickException as exc:
+        if json_mode:
+            report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
+        raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,6 +35,33 @@ class LabError(RuntimeError):
     pass
 
 
+# A lab's name is a directory under <state>/lab (which `lab down` removes) and part of its nodes' container names and
+# hostnames (nodeforge-NAME-N): one DNS-label-like word, never a path.
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
+NAME_RULE = "1 to 31 lowercase letters, digits or '-', starting with a letter or digit"
+
+
+def name_problem(name: object) -> str | None:
+    """Why `name` cannot be a lab's name, or None when it can."""
+    if isinstance(name, str) and NAME_PATTERN.fullmatch(name):
+        return None
+    return f"{name!r} is not a lab name: expected {NAME_RULE} (it names the lab's directory and its nodes)"
+
+
+def check_name(name: str) -> str:
+    problem = name_problem(name)
+    if problem:
+        raise LabError(problem)
+    return name
+
+
+def check_node(name: str, node: str) -> str:
+    """A node of lab `name` is nodeforge-NAME-N: its name is a directory under the lab's, never a path."""
+    if not (isinstance(node, str) and re.fullmatch(rf"nodeforge-{re.escape(check_name(name))}-[0-9]+", node)):
+        raise LabError(f"{node!r} is not a node of lab {name}: expected nodeforge-{name}-N")
+    return node
+
+
 @dataclass
 class Node:
     name: str
@@ -42,7 +70,7 @@ class Node:
 
 
 def lab_dir(name: str) -> Path:
-    return state_dir() / "lab" / name
+    return state_dir() / "lab" / check_name(name)
 
 
 def inventory_path(name: str) -> Path:
@@ -60,7 +88,7 @@ def known_hosts_path(name: str) -> Path:
 
 def host_key(name: str, node: str) -> Path:
     """A node's private host key, generated here and copied into the node before its first boot."""
-    return lab_dir(name) / "host_keys" / node / f"ssh_host_{KEY_TYPE}_key"
+    return lab_dir(name) / "host_keys" / check_node(name, node) / f"ssh_host_{KEY_TYPE}_key"
 
 
 def podman_env() -> dict[str, str]:
@@ -332,6 +360,7 @@ def check_mirror(mirror: Path) -> None:
 
 
 def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
+    check_name(name)
     if count < 1:
         raise LabError(f"--nodes must be at least 1 (got {count})")
     if toolkit_mirror is not None:

@@ -55,7 +55,7 @@ def vm_dir(name: str) -> Path:
 
 
 def node_dir(name: str, node: str) -> Path:
-    return vm_dir(name) / node
+    return vm_dir(name) / lab.check_node(name, node)
 
 
 def is_vm_lab(name: str) -> bool:
@@ -162,6 +162,7 @@ def nodes(name: str) -> list[lab.Node]:
 
 
 def up(name: str, count: int) -> Path:
+    lab.check_name(name)
     if count < 1:
         raise lab.LabError(f"--nodes must be at least 1 (got {count})")
     if not shutil.which(QEMU):

@@ -223,8 +223,19 @@ VALIDATION_PLAYBOOK = "nodeforge.gpu.validate_inventory"
 PEXPECT_TIMEOUT_S = 0.2
 
 
+VAULT_PASSWORD_FILE = "--vault-password-file="
+
+
+def _vault_arg(arg: str) -> str:
+    """A --vault-password-file with its file by its absolute path, as -e @file: ansible-playbook runs in the
+    playbook's directory, where a path relative to the caller's names nothing."""
+    if arg.startswith(VAULT_PASSWORD_FILE):
+        return VAULT_PASSWORD_FILE + os.path.abspath(os.path.expanduser(arg.removeprefix(VAULT_PASSWORD_FILE)))
+    return arg
+
+
 def _cmdline(opts: RunOptions, extra_vars: list[str]) -> str | None:
-    parts = [*opts.vault, *extra_vars]
+    parts = [*map(_vault_arg, opts.vault), *extra_vars]
     if opts.check:
         parts.append("--check")
     if opts.diff:

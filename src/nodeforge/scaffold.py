@@ -11,6 +11,8 @@ import yaml
 
 from nodeforge import content, specs
 
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write  # isort: skip
+
 GLOBAL_ROLE = "nodeforge"
 CLUSTER_ROLE_PREFIX = "k8s_"
 # IBM Storage Scale clients: an inventory that sets the role's variables gets the scale_clients group (the workers) and
@@ -266,7 +268,10 @@ SAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
 
 
 def write(directory: Path, profile: str, nodes: int, host_prefix: str = "gpu-node", node_os: str = "") -> list[Path]:
+    """Write the inventory's files into directory (plugin_utils/safe_write.py: refused, before any file, where others
+    can write; each file a new file renamed into place)."""
     files = render(profile, nodes, host_prefix, node_os)
+    safe_write.check_directory(directory)
     clashes = [directory / rel for rel in files if (directory / rel).exists()]
     if clashes:
         raise ScaffoldError(
@@ -276,6 +281,6 @@ def write(directory: Path, profile: str, nodes: int, host_prefix: str = "gpu-nod
     for rel, text in files.items():
         path = directory / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        safe_write.write_file(path, text)
         written.append(path)
     return written

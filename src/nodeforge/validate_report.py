@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -114,8 +113,9 @@ def print_table(console: Console, report: dict[str, Any]) -> None:
     )
 
 
-def write_json(path: Path, report: dict[str, Any]) -> None:
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+def json_text(report: dict[str, Any]) -> str:
+    """What --json FILE holds (the CLI writes it: plugin_utils/safe_write.py)."""
+    return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
 def junit(report: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate, model
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write
 
 DOCUMENTATION = r"""
 module: k8s_render
@@ -27,7 +28,9 @@ description:
   - Returns the objects in dependency order (namespaces and CRDs first, workloads last).
   - With I(dest), writes one file per object and a kustomization.yaml listing them, on the controller; files whose
     content did not change are not rewritten, files of objects no longer rendered are removed. Secrets are written
-    only with I(include_secrets), mode 0600.
+    only with I(include_secrets), mode 0600. Each file is a new file renamed into place (a symlink at its name is
+    replaced, never followed); a directory others can write (unless sticky), or a file there of another user, is
+    refused before anything is written (plugin_utils/safe_write.py).
   - When the objects hold a Secret, the result is not logged (it carries the Secret's data, which apply needs), and
     the Secrets' values are masked in any problem reported.
 author: nodeforge
@@ -156,36 +159,33 @@ class ActionModule(ActionBase):
                 )
             files[name] = MARKER + k8s_objects.dump(data if isinstance(data, Mapping) else {"value": data})
         changed = []
-        if not self._play_context.check_mode:
-            os.makedirs(dest, exist_ok=True)
         stale = []
-        if os.path.isdir(dest):
-            for name in sorted(os.listdir(dest)):
-                path = os.path.join(dest, name)
-                if name.endswith(".yaml") and name not in files and _ours(path):
-                    stale.append(name)
-                    if not self._play_context.check_mode:
-                        os.unlink(path)
-        for name, content in files.items():
-            path = os.path.join(dest, name)
-            mode_ok = name not in private or not os.path.exists(path) or (os.stat(path).st_mode & 0o777) == 0o600
-            if os.path.exists(path) and mode_ok:
-                with open(path, encoding="utf-8") as handle:
-                    if handle.read() == content:
-                        continue
-            changed.append(name)
-            if self._play_context.check_mode:
-                continue
-            if name in private:
-                # Owner-only from the first byte: created 0600, and an older file made 0600 before it is rewritten.
-                if os.path.exists(path):
-                    os.chmod(path, 0o600)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(content)
-            else:
-                with open(path, "w", encoding="utf-8") as handle:
-                    handle.write(content)
+        check_mode = self._play_context.check_mode
+        try:
+            # Checked (the directory, and every file it holds under these names) before anything is written.
+            out = None if check_mode and not os.path.isdir(dest) else safe_write.OutputDirectory(dest, create=True)
+        except safe_write.OutputError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        try:
+            if out is not None:
+                out.check(files)
+                for name in out.entries():
+                    if name.endswith(".yaml") and name not in files and _ours(out, name):
+                        stale.append(name)
+                        if not check_mode:
+                            out.remove(name)
+            for name, content in files.items():
+                mode = 0o600 if name in private else None  # Secrets owner-only; others as open(path, "w") made them
+                if out is not None and out.unchanged(name, content, mode):
+                    continue
+                changed.append(name)
+                if not check_mode:
+                    out.write(name, content, mode)
+        except safe_write.OutputError as exc:
+            raise AnsibleActionFail(str(exc)) from exc
+        finally:
+            if out is not None:
+                out.close()
         secrets = sum(1 for obj in objects if obj.get("kind") == "Secret")
         return {
             "changed": bool(changed or stale),
@@ -224,6 +224,7 @@ def _masked(text: str, values: list[str]) -> str:
     return text
 
 
-def _ours(path: str) -> bool:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        return handle.readline() == MARKER
+def _ours(out: safe_write.OutputDirectory, name: str) -> bool:
+    """Whether name is a regular file nodeforge rendered (its marker first); a symlink or a FIFO never is."""
+    found = out.read(name)
+    return found is not None and found[0].startswith(MARKER.encode("utf-8"))

@@ -90,7 +90,27 @@ def _integer(tool: str, token: str, line: str, what: str) -> int:
 # NVIDIA driver
 
 
-_NVRM = re.compile(r"NVRM version:\s+(?P<id>NVIDIA UNIX\b.*?Kernel Module\b.*?)\s+(?P<version>\d+\.\d+(?:\.\d+)*)\s+\S")
+# The ID line read in three steps, each one pass over the line: the head, then the first "Kernel Module", then the
+# first whole version token after it with another token behind it (a version cut at the line's end is no version).
+# One pattern with two lazy gaps and \s+ on both sides of the version backtracked quadratically on a long line of
+# blanks or of repeated "Kernel Module" (20 KB of blanks after the module's name took 7 s, 112 KB minutes).
+_NVRM_HEAD = re.compile(r"NVRM version:\s+(?=NVIDIA UNIX\b)")
+_NVRM_MODULE = re.compile(r"Kernel Module\b")
+_NVRM_VERSION = re.compile(r"(?<!\S)(?P<version>\d+\.\d+(?:\.\d+)*)\s+\S")
+
+
+def _nvrm_id_and_version(line: str) -> tuple[str, str] | None:
+    """("NVIDIA UNIX ... Kernel Module ...", "535.261.03") from an NVRM version line, or None."""
+    head = _NVRM_HEAD.match(line)
+    if not head:
+        return None
+    module = _NVRM_MODULE.search(line, head.end())
+    if not module:
+        return None
+    found = _NVRM_VERSION.search(line, module.end())
+    if not found:
+        return None
+    return line[head.end() : found.start()].rstrip(), found["version"]
 
 
 def nvidia_driver_version(output: object) -> dict:
@@ -107,13 +127,14 @@ def nvidia_driver_version(output: object) -> dict:
     nvrm = [line for line in lines if line.startswith("NVRM version:")]
     if not nvrm:
         raise ParseError(tool, "no 'NVRM version:' line (is the nvidia module loaded?)", lines[0] if lines else "")
-    match = _NVRM.match(nvrm[0])
+    match = _nvrm_id_and_version(nvrm[0])
     if not match:
         raise ParseError(tool, "unreadable NVRM version line", nvrm[0])
+    module_id, version = match
     gcc = [line.split(":", 1)[1].strip() for line in lines if line.startswith("GCC version:")]
     return {
-        "version": match["version"],
-        "flavor_hint": "open" if "Open Kernel Module" in match["id"] else "proprietary",
+        "version": version,
+        "flavor_hint": "open" if "Open Kernel Module" in module_id else "proprietary",
         "raw": nvrm[0],
         "gcc": gcc[0] if gcc else "",
     }
