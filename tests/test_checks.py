@@ -624,11 +624,12 @@ def test_ini_inventory_gets_the_verdicts_of_its_yaml_twin(tmp_path):
     assert messages(ini) == []
 
 
-def _encrypt(secret: str, password: str) -> str:
+def _encrypt(secret: str, password: str, indent: str = "  ") -> str:
+    """A !vault block, its lines indented by `indent` (deeper than the key it is the value of)."""
     from ansible.parsing.vault import VaultLib, VaultSecret
 
     blob = VaultLib([("default", VaultSecret(password.encode()))]).encrypt(secret).decode()
-    return "!vault |\n" + textwrap.indent(blob, "  ")
+    return "!vault |\n" + textwrap.indent(blob, indent)
 
 
 def test_vault_encrypted_values_are_decrypted_and_checked(tmp_path):
@@ -639,7 +640,8 @@ def test_vault_encrypted_values_are_decrypted_and_checked(tmp_path):
     group_vars.write_text(f"nodeforge_profile: dgx-1\nnvidia_driver_flavor: {_encrypt('open', 's3cret-pw')}\n")
     [problem] = messages(inv, vault_password_file=password)
     assert f"{group_vars}: group gpu_nodes, for hosts node-01, node-02: nvidia_driver_flavor" in problem
-    assert "'open' on profile dgx-1 (volta)" in problem
+    # Checked as decrypted, shown masked: whatever its name, a vaulted value is a secret.
+    assert "found ******** on profile dgx-1 (volta); expected proprietary: NVIDIA's open kernel modules" in problem
     token = _encrypt("eyJ-the-licence-token", "s3cret-pw")
     group_vars.write_text(f"nodeforge_profile: dgx-1\nnvidia_driver_grid_client_token: {token}\n")
     assert messages(inv, vault_password_file=password) == []
@@ -687,6 +689,37 @@ def test_secrets_in_a_vault_pass_the_role_s_own_argument_validation(tmp_path, ro
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pa55-w0rd" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "found"),
+    [
+        # A repository URL with its credentials, vaulted as a whole, with a space the URL pattern refuses.
+        ("nvidia_container_toolkit_repo_url", "https://ops:Hunter2-pw@mirror.example/nvidia ctk",
+         "nvidia_container_toolkit_repo_url: found ********; expected"),
+        # Vaulted inside a structure: the override's URL, shown with its place in the structure.
+        ("nodeforge_manifest_overrides", {"nvidia_container_toolkit": {"deb_url": "http://ops:Hunter2-pw@m/ y"}},
+         "nodeforge_manifest_overrides.nvidia_container_toolkit.deb_url: found ********; expected"),
+        # A choice: the value is named by no "did you mean" either.
+        ("ofed_mode", "Hunter2-pw-mode", "ofed_mode: found ********; expected one of"),
+        # Too long to be shown whole: masked, not cut.
+        ("nvidia_container_toolkit_repo_url", "https://ops:Hunter2-pw@" + "m" * 90 + "/ x",
+         "nvidia_container_toolkit_repo_url: found ********; expected"),
+    ],
+)  # fmt: skip
+def test_a_vaulted_value_is_never_shown_whatever_its_name(tmp_path, variable, value, found):
+    password = tmp_path / "vault-pass"
+    password.write_text("s3cret-pw\n")
+    inv = write_inventory(tmp_path / "inv")
+    group_vars = inv / "group_vars" / "gpu_nodes.yml"
+    if isinstance(value, str):
+        text = f"{variable}: {_encrypt(value, 's3cret-pw')}\n"
+    else:
+        url = _encrypt(value["nvidia_container_toolkit"]["deb_url"], "s3cret-pw", indent=" " * 6)
+        text = f"{variable}:\n  nvidia_container_toolkit:\n    deb_url: {url}\n"
+    group_vars.write_text("nodeforge_profile: dgx-1\n" + text)
+    [problem] = messages(inv, vault_password_file=password)
+    assert found in problem and "Hunter2" not in problem, problem
 
 
 def test_vault_value_without_the_password(tmp_path):

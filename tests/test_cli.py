@@ -122,6 +122,19 @@ def test_run_verbs_refuse_a_bad_inventory(runner, tmp_path, monkeypatch, verb):
     assert "n1: nodeforge_profile: found nothing" in result.output
 
 
+def test_a_run_that_skips_the_validation_play_is_refused_before_ansible_starts(runner, tmp_path, state_dir):
+    """ANSIBLE_SKIP_TAGS=always skips the validation play the run would otherwise wait in: the CLI checks first, and
+    "no node was touched" is true (ansible-playbook never started: no run's events in the state directory)."""
+    (tmp_path / "hosts.yml").write_text(
+        "all:\n  children:\n    gpu_nodes:\n      hosts:\n        node1:\n        node2:\n"
+        "      vars:\n        nodeforge_profile: dgx-1\n        ofed_mode: bogus\n"
+    )
+    result = runner.invoke(main, ["preflight", "-i", str(tmp_path), "-l", "node1"], env={"ANSIBLE_SKIP_TAGS": "always"})
+    assert result.exit_code == 1, result.output
+    assert "no node was touched" in result.output and "ofed_mode: found 'bogus'" in result.output
+    assert not list(state_dir.glob("runner/artifacts/*/job_events")), "ansible-playbook ran"
+
+
 @pytest.mark.slow
 def test_provision_json_summary(runner, local_inventory, tmp_path, verb_playbook):
     verb_playbook("provision", "success.yml")

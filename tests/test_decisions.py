@@ -205,3 +205,13 @@ def test_options_changed_under_a_loaded_driver_need_a_reboot():
         "the nvidia module options changed under the loaded driver 580.126.20"
     ]
     assert _driver_reboot("", "580.126.20", options_set=True) == []
+
+
+@pytest.mark.parametrize(
+    ("refreshed", "stale"),
+    [("", True), (None, True), ("not a time", True), (0, True), ("1000", False), (1000, False), (" 1000\n", False),
+     (999, False), (400, True), ("401", False)],
+)  # fmt: skip
+def test_apt_lists_are_stale_from_valid_time_seconds_on_or_when_their_time_is_not_known(refreshed, stale):
+    """At 1,600 with a limit of 1,200 s: lists refreshed at 400 are exactly at the limit (stale), at 401 not."""
+    assert decisions.apt_lists_stale(refreshed, 1200, 1600.0) is stale

@@ -535,3 +535,233 @@ def test_unconvertible_input_is_refused_naming_the_field(break_it, named):
 def test_a_mapping_is_needed():
     with pytest.raises(ValueError, match="mapping"):
         mpijob_convert.convert(["kind: MPIJob"])  # type: ignore[arg-type]
+
+
+# ---- convert-mpijob: the file, read as hostile input -----------------------------------------------------------------
+def job_text(**spec) -> str:
+    return yaml.safe_dump(minimal(**spec), sort_keys=False)
+
+
+def alias_bomb(levels: int = 8, width: int = 9) -> str:
+    """A billion-laughs MPIJob: an annotation whose nested aliases expand to width**levels copies of LAUGH, from a
+    few hundred bytes. Its line `l6:` is the first whose expansion passes MAX_NODES (597,871 values)."""
+    lines = ["apiVersion: kubeflow.org/v1alpha2", "kind: MPIJob", "metadata:", "  name: job", "  annotations:"]
+    lines.append("    l0: &l0 LAUGH")
+    lines += [f"    l{n}: &l{n} [{','.join([f'*l{n - 1}'] * width)}]" for n in range(1, levels + 1)]
+    return "\n".join(lines) + "\n" + yaml.safe_dump({"spec": minimal()["spec"]})
+
+
+def line_of(text: str, start: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith(start))
+
+
+def test_load_numbers_the_documents_and_gives_their_lines():
+    text = "---\n# nothing\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n" + job_text()
+    documents = mpijob_convert.load(text.encode(), "jobs.yaml")
+    assert [(number, line, doc["kind"]) for number, line, doc in documents] == [
+        (2, 4, "ConfigMap"),
+        (3, 8, "MPIJob"),
+    ]
+
+
+SHARED = """\
+apiVersion: kubeflow.org/v1alpha2
+kind: MPIJob
+metadata: {name: job}
+spec:
+  mpiReplicaSpecs:
+    Launcher:
+      template:
+        spec:
+          containers:
+          - <<: &base {name: main, image: "registry.lab/train:1"}
+            command: [mpirun, -np, "2", a.out]
+            env: &env [{name: NCCL_DEBUG, value: INFO}]
+    Worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+          - <<: *base
+            env: *env
+"""
+
+
+def test_load_keeps_anchors_that_share_a_container():
+    """Aliases are counted as they expand, not banned: a job that shares its container through them converts."""
+    [(number, line, doc)] = mpijob_convert.load(SHARED.encode(), "shared.yaml")
+    assert (number, line) == (1, 1)
+    new, _ = mpijob_convert.convert(doc)
+    assert problems([new]) == []
+    worker = new["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker == {"name": "main", "image": "registry.lab/train:1", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}
+
+
+NESTED = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\ndata:\n  a: " + "[" * 150 + "]" * 150 + "\n"
+HOSTILE = [
+    pytest.param(
+        b"kind: MPIJob\n# caf\xe9\n\xff\xfe",
+        r"job\.yaml, line 2: not UTF-8 text \(byte 0xe9 at offset 18\)",
+        id="binary",
+    ),
+    pytest.param(
+        b"kind: MPIJob\nname: a\x00b\n", r"job\.yaml, line 2: character U\+0000 is not allowed in YAML", id="nul"
+    ),
+    pytest.param(b"", r"no MPIJob found in job\.yaml: it holds no YAML document", id="empty"),
+    pytest.param(b"---\n", r"no MPIJob found in job\.yaml: it holds no YAML document", id="only-a-separator"),
+    pytest.param(
+        b"---\n# cut\n---\n...\n", r"no MPIJob found in job\.yaml: it holds no YAML document", id="empty-documents"
+    ),
+    pytest.param(
+        b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n",
+        r"no MPIJob found in job\.yaml: its 1 document\(s\) hold 'ConfigMap'",
+        id="no-mpijob",
+    ),
+    pytest.param(b"kind: MPIJob\nspec: [a\nb: c\n", r"job\.yaml, line 3, column 2: not YAML: ", id="not-yaml"),
+    pytest.param(
+        b"kind: MPIJob\nspec: !!float fast\n",
+        r"job\.yaml, document 1 \(line 1\): a value YAML cannot build",
+        id="bad-tag",
+    ),
+    pytest.param(NESTED.encode(), r"job\.yaml, line 5: nested deeper than 100 levels, refused", id="deep"),
+    pytest.param(
+        b"kind: MPIJob\nx: " + b"[" * 3000 + b"]" * 3000,
+        r"job\.yaml, line 2, column \d+: not YAML",
+        id="deeper-than-libyaml",
+    ),
+    pytest.param(
+        b"kind: MPIJob\nmetadata:\n  loop: &a [*a]\n",
+        r"job\.yaml, line 3: a YAML alias inside the value it names",
+        id="cycle",
+    ),
+    # line 12 is l6: l5 expands to 66,430 values, under MAX_NODES; l6 to 597,871
+    pytest.param(
+        alias_bomb().encode(), r"job\.yaml, line 12: more than 100000 values once its YAML aliases", id="alias-bomb"
+    ),
+    pytest.param(
+        b"# padding\n" * (mpijob_convert.MAX_BYTES // 10) + job_text().encode(),
+        r"job\.yaml: larger than 3 MiB, refused",
+        id="too-large",
+    ),
+]
+
+
+@pytest.mark.timeout(60)  # the alias bomb took 31 s and 3.4 GB before it was counted: a regression fails here
+@pytest.mark.parametrize(("data", "message"), HOSTILE)
+def test_load_refuses_hostile_input_naming_the_file_and_line(data, message):
+    with pytest.raises(ValueError, match=message) as refused:
+        mpijob_convert.load(data, "job.yaml")
+    assert "LAUGH" not in str(refused.value) and len(str(refused.value)) < 300
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (alias_bomb().encode(), r"job\.yaml, line 12: more than 100000 values"),
+        (NESTED.encode(), r"job\.yaml, line 5: nested deeper than 100 levels"),
+        (b"kind: MPIJob\nx: " + b"[" * 3000 + b"]" * 3000, r"job\.yaml: nested too deeply to read"),
+    ],
+    ids=["alias-bomb", "deep", "deeper-than-python-recurses"],
+)
+def test_load_refuses_them_without_libyaml_too(monkeypatch, data, message):
+    """PyYAML without libyaml (a pip build without the C extension) composes in Python, a frame a level."""
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    with pytest.raises(ValueError, match=message):
+        mpijob_convert.load(data, "job.yaml")
+
+
+def test_load_reads_a_file_at_the_size_limit():
+    text = job_text()
+    data = text.encode() + b"#" * (mpijob_convert.MAX_BYTES - len(text.encode()))
+    assert len(data) == mpijob_convert.MAX_BYTES
+    [(_, _, doc)] = mpijob_convert.load(data, "job.yaml")
+    assert doc == minimal()
+
+
+@pytest.mark.parametrize(
+    "replica",
+    [pytest.param(None, id="no-key"), pytest.param("empty", id="key-without-value")],
+)
+def test_a_job_without_its_worker_is_refused_naming_it(replica):
+    """A file cut short loses the Worker first: the launcher's mpirun -np would have no host, so it is refused."""
+    old = minimal()
+    if replica is None:
+        del old["spec"]["mpiReplicaSpecs"]["Worker"]
+    else:
+        old["spec"]["mpiReplicaSpecs"]["Worker"] = None
+    with pytest.raises(ValueError, match=re.escape("spec.mpiReplicaSpecs.Worker: missing, the Worker replica spec")):
+        mpijob_convert.convert(old)
+
+
+def test_annotations_and_labels_that_are_not_strings_are_refused_by_key_without_their_value():
+    old = minimal()
+    old["metadata"]["annotations"] = {"team": "adas", "laughs": [["LAUGH"] * 50] * 50}
+    with pytest.raises(ValueError, match=r"^metadata\.annotations\.laughs: a list, not a string \(quote it\)$"):
+        mpijob_convert.convert(old)
+    old["metadata"]["annotations"] = {"team": "adas"}
+    old["metadata"]["labels"] = {"enabled": True}
+    with pytest.raises(ValueError, match=r"^metadata\.labels\.enabled: a bool, not a string"):
+        mpijob_convert.convert(old)
+
+
+def test_a_value_in_a_message_is_quoted_short():
+    with pytest.raises(ValueError, match=r"spec\.slotsPerWorker: ") as refused:
+        mpijob_convert.convert(minimal(slotsPerWorker=[["LAUGH" * 100] * 100] * 100))
+    assert len(str(refused.value)) < 200
+
+
+# ---- convert-mpijob: mpirun's -np against the slots ------------------------------------------------------------------
+def with_launcher(old: dict, **command) -> dict:
+    container = old["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    container.pop("command")
+    container.update(command)
+    return old
+
+
+NP_FORMS = {
+    "-np N": lambda n: {"command": ["mpirun", "-np", str(n), "a.out"]},
+    "--np=N": lambda n: {"command": ["mpirun", "--allow-run-as-root", f"--np={n}", "a.out"]},
+    "-np=N": lambda n: {"command": ["mpirun", f"-np={n}", "a.out"]},
+    "--np N": lambda n: {"command": ["mpirun", "--np", str(n), "a.out"]},
+    "-n N": lambda n: {"command": ["mpirun", "-n", str(n), "a.out"]},
+    "bash -c": lambda n: {"command": ["bash", "-c", f"cd /w && mpirun --allow-run-as-root -np {n} python t.py -n 99"]},
+    "sh -c, script in args": lambda n: {"command": ["/bin/sh", "-c"], "args": [f"exec mpirun -n {n} a.out"]},
+    "sh in command, -c in args": lambda n: {"command": ["sh"], "args": ["-c", f"mpirun --np {n} a.out; echo done"]},
+    "bash -lc": lambda n: {"command": ["/bin/bash", "-lc", f"mpirun --np={n} a.out"]},
+    "bash -o pipefail -c": lambda n: {"command": ["bash", "-o", "pipefail", "-c", f"mpirun -np {n} a | tee log"]},
+    "args only (mpirun the entrypoint)": lambda n: {"args": ["-np", str(n), "a.out"]},
+}
+
+
+@pytest.mark.parametrize("form", NP_FORMS)
+@pytest.mark.parametrize(
+    ("slots_per_worker", "ranks", "noted"), [(1, 2, False), (1, 3, True), (4, 8, False), (4, 9, True)]
+)
+def test_np_in_every_form_is_checked_against_the_slots(form, slots_per_worker, ranks, noted):
+    """2 workers x slotsPerWorker: -np at the slots is fine, one more is noted."""
+    new, notes = mpijob_convert.convert(
+        with_launcher(minimal(slotsPerWorker=slots_per_worker), **NP_FORMS[form](ranks))
+    )
+    slots = 2 * slots_per_worker
+    note = (
+        f"spec.mpiReplicaSpecs.Launcher: mpirun -np {ranks} but the hostfile has {slots} slots "
+        f"(2 workers x slotsPerWorker {slots_per_worker}): mpirun will refuse to start"
+    )
+    assert [n for n in notes if "mpirun -np" in n] == ([note] if noted else [])
+    assert problems([new]) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        {"command": ["bash", "-c", "python train.py -n 99"]},  # no mpirun in the script: -n is train.py's
+        {"command": ["mpirun", "-np", "$NP", "a.out"]},  # mpirun's to resolve
+        {"command": ["bash", "-c", "mpirun -np 'unbalanced"]},
+        {"command": ["sh", "-c"]},
+    ],
+    ids=["script-without-mpirun", "variable", "unbalanced-quote", "no-script"],
+)
+def test_np_that_is_not_a_number_of_mpirun_is_not_noted(command):
+    _, notes = mpijob_convert.convert(with_launcher(minimal(), **command))
+    assert not [n for n in notes if "mpirun -np" in n]

@@ -200,3 +200,22 @@ def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_p
     assert failure["message"].endswith("Nothing was applied.")
     assert not any("Apply each object" in task for tasks in result["changes"].values() for task in tasks)
     assert "not-a-secret-of-anyone" not in run.stdout + run.stderr
+
+
+def test_a_malformed_kubeconfig_is_named_by_file_and_line_never_shown(tmp_path, upstream_url, state_dir):
+    """A kubeconfig with a YAML error on its token's line (an indentation slip while pasting one): the failure names
+    the file and line, the token appears nowhere: not in the output, not in the run's artifacts at -vvv."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\n"
+        "contexts:\n- name: lab\n  context: {cluster: lab, user: admin}\n"
+        "clusters:\n- name: lab\n  cluster: {server: 'https://127.0.0.1:1'}\n"
+        "users:\n- name: admin\n  user:\n    token: eyJhbGciOiJSUzI1NiJ9.Pasted-Token-Value: x\n"
+    )
+    run = k8s("apply", tmp_path, upstream_url, "c4140-k8s", "-vvv", "-e", f"k8s_cluster_kubeconfig={kubeconfig}")
+    assert run.returncode != 0
+    [failure] = json.loads(run.stdout)["failures"]
+    assert f"the kubeconfig {kubeconfig} is not valid YAML (line 13, column 51" in failure["message"], failure
+    assert "Pasted-Token-Value" not in run.stdout + run.stderr
+    artifacts = [path for path in (state_dir / "runner" / "artifacts").rglob("*") if path.is_file()]
+    assert artifacts and not [str(path) for path in artifacts if b"Pasted-Token-Value" in path.read_bytes()]

@@ -147,6 +147,22 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
     )
     assert calls(nodes[2], "scontrol") == [] and record(nodes[1])["state"] == "upgrade-failed"
 
+    # The record edited on the node: a failure turned into done (which would skip the node, still drained and not
+    # validated), then units no upgrade stops slipped into stopped_units (which --resume would start): each refused
+    # with what does not fit, before anything is touched.
+    kept = record(nodes[1])
+    for edit, expected in (
+        ({"state": "upgrade-done"}, "state upgrade-done names step 'install'"),
+        ({"stopped_units": ["ssh.service", "nvidia-persistenced.service"]}, "stopped_units names ssh.service, which"),
+    ):
+        sh(nodes[1], f"cat > {STATE_FILE} <<'EOF'\n{json.dumps({**kept, **edit})}\nEOF")
+        code, refused = upgrade(inventory, *slurm, "--batch", "1", "--resume", "--yes")
+        assert code != 0 and refused["status"] == "refused", refused
+        [reason] = refused["schedule"]["refused"][nodes[1]]
+        assert "upgrade record does not fit an upgrade's schedule" in reason and expected in reason, reason
+        assert calls(nodes[1], "scontrol") == [drain_call(nodes[1])] and calls(nodes[2], "scontrol") == []
+    sh(nodes[1], f"cat > {STATE_FILE} <<'EOF'\n{json.dumps(kept)}\nEOF")
+
     # Fixed; a stop asked for (the operator's stop file exists): the resumed node stops before its first step.
     sh(nodes[1], f"rm {FAIL_MARKER}")
     stop = tmp_path / "stop"

@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,15 +36,13 @@ def test_plan_pairs_consecutive_nodes_on_private_links():
     planned = lab_vm.plan(3)
     first, second, third = planned
     assert (first.link_address, second.link_address) == ("10.77.1.1/24", "10.77.1.2/24")
-    # Each end sends to the other's local UDP port.
-    assert (first.peer_port, second.peer_port) == (second.link_port, first.link_port)
-    assert third.link_port is None and third.link_address is None  # an odd node out has no link
+    assert (first.peer, second.peer) == (2, 1)
+    assert third.peer is None and third.link_address is None  # an odd node out has no link
     assert len({n.ssh_port for n in planned}) == 3
 
 
 def test_qemu_command_line_boots_the_image_kernel_with_the_node_identity(state_dir, tmp_path):
-    node = lab_vm.VmNode(name="nodeforge-t-2", index=2, ssh_port=40022, link_port=40100, peer_port=40101,
-                         link_address="10.77.1.2/24")  # fmt: skip
+    node = lab_vm.VmNode(name="nodeforge-t-2", index=2, ssh_port=40022, peer=1, link_address="10.77.1.2/24")
     lab_vm.node_dir("t", node.name).mkdir(parents=True)
     argv = lab_vm.qemu_argv("t", node, tmp_path)
     joined = " ".join(argv)
@@ -53,9 +53,10 @@ def test_qemu_command_line_boots_the_image_kernel_with_the_node_identity(state_d
     assert argv[argv.index("-chardev") + 1] == f"file,id=console,path={console},append=on"
     assert argv[argv.index("-kernel") + 1] == str(tmp_path / "vmlinuz")
     assert "systemd.hostname=nodeforge-t-2" in argv[argv.index("-append") + 1]
-    # SSH only on loopback; the private link is UDP between the two loopback ports.
+    # SSH only on loopback; the private link is a datagram socket in the node's directory, sending to node 1's.
     assert "hostfwd=tcp:127.0.0.1:40022-:22" in joined
-    assert "socket,id=link0,udp=127.0.0.1:40101,localaddr=127.0.0.1:40100" in joined
+    link = "dgram,id=link0,local.type=unix,local.path=link.sock,remote.type=unix,remote.path=../nodeforge-t-1/link.sock"
+    assert argv[argv.index("-netdev", argv.index("-netdev") + 1) + 1] == link
     key = lab.host_key("t", node.name)
     assert f"name=opt/org.nodeforge/host_key,file={key}" in joined
     address_file = lab_vm.node_dir("t", node.name) / "link_address"
@@ -64,7 +65,7 @@ def test_qemu_command_line_boots_the_image_kernel_with_the_node_identity(state_d
 
 
 def test_inventory_keeps_the_sample_settings_and_adds_each_node_connection(state_dir):
-    nodes = [lab_vm.VmNode("nodeforge-t-1", 1, 40022, 1, 2, "10.77.1.1/24"), lab_vm.VmNode("nodeforge-t-2", 2, 40023)]
+    nodes = [lab_vm.VmNode("nodeforge-t-1", 1, 40022, 2, "10.77.1.1/24"), lab_vm.VmNode("nodeforge-t-2", 2, 40023)]
     lab._private_dir(lab.lab_dir("t"))
     data = yaml.safe_load(lab_vm.write_inventory("t", nodes).read_text())
     group = data["all"]["children"]["gpu_nodes"]
@@ -96,6 +97,70 @@ def test_supervisor_starts_qemu_again_after_a_guest_reboot_and_not_after_a_power
     assert supervisor.wait(timeout=30) == 0
     assert (tmp_path / "starts").read_text().splitlines() == ["start", "start"]
     assert not (tmp_path / "supervisor.pid").exists()
+
+
+def test_supervisor_runs_qemu_in_the_node_directory_without_the_last_one_s_link_socket(tmp_path):
+    """Each QEMU binds link.sock in the node's directory: the socket a QEMU leaves behind is removed before the next
+    one starts (binding fails while it exists), here across a guest reboot."""
+    bind = f"{sys.executable} -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind(\"link.sock\")'"
+    script = FAKE_QEMU.replace('echo start >>"$1/starts"', f'[ "$PWD" = "$1" ] && {bind} && echo start >>"$1/starts"')
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).bind(str(tmp_path / "link.sock"))  # a QEMU before this one
+    supervisor = _supervised(tmp_path, script)
+    assert supervisor.wait(timeout=30) == 0
+    assert (tmp_path / "starts").read_text().splitlines() == ["start", "start"]
+
+
+def _inet_sockets() -> set[str]:
+    inodes = set()
+    for table in ("udp", "udp6", "tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            inodes.add(line.split()[9])
+    return inodes
+
+
+def _send_as(uid: int, path: Path) -> subprocess.CompletedProcess:
+    frame = "bytes.fromhex('ffffffffffff5254004e0101') + bytes(52)"  # a broadcast Ethernet frame
+    send = f"import socket, sys; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto({frame}, sys.argv[1])"
+    setpriv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid != os.getuid() else []
+    return subprocess.run([*setpriv, sys.executable, "-c", send, str(path)], capture_output=True, text=True)
+
+
+def test_a_private_link_takes_frames_from_the_lab_s_owner_only(monkeypatch):
+    """Two QEMUs (paused, no guest) on the link as `lab up --vm` sets it: neither has an inet socket, and another
+    local user cannot send a frame into either end, while the lab's owner (as the peer QEMU does) can. The state
+    directory is one every user may traverse, as $HOME often is."""
+    state = Path(tempfile.mkdtemp(prefix="nodeforge-shared-state-"))
+    state.chmod(0o711)
+    monkeypatch.setenv("NODEFORGE_STATE_DIR", str(state))
+    lab._private_dir(lab_vm.vm_dir("t"))
+    qemus = []
+    try:
+        for node in lab_vm.plan(2):
+            node.name = f"nodeforge-t-{node.index}"
+            here = lab._private_dir(lab_vm.node_dir("t", node.name))
+            (here / "link_address").write_text(node.link_address)
+            argv = [lab_vm.QEMU, "-accel", "tcg", "-S", "-nodefaults", "-display", "none", "-monitor", "none",
+                    *lab_vm.link_argv("t", node)]  # fmt: skip
+            qemus.append(subprocess.Popen(argv, cwd=here, stderr=subprocess.PIPE, text=True))
+        ends = [lab_vm.node_dir("t", f"nodeforge-t-{i}") / "link.sock" for i in (1, 2)]
+        deadline = time.monotonic() + 30
+        while not all(end.exists() for end in ends):
+            assert time.monotonic() < deadline and all(q.poll() is None for q in qemus), [q.stderr for q in qemus]
+            time.sleep(0.1)
+        for qemu in qemus:
+            fds = [os.readlink(fd) for fd in Path(f"/proc/{qemu.pid}/fd").iterdir()]
+            inodes = {fd[len("socket:[") : -1] for fd in fds if fd.startswith("socket:[")}
+            assert inodes and not inodes & _inet_sockets()
+        for end in ends:
+            refused = _send_as(65534, end)  # nobody
+            assert refused.returncode != 0 and "PermissionError" in refused.stderr, refused.stderr
+            owner = _send_as(os.getuid(), end)
+            assert owner.returncode == 0, owner.stderr
+    finally:
+        for qemu in qemus:
+            qemu.kill()
+            qemu.wait()
+        shutil.rmtree(state)
 
 
 def test_supervisor_stops_qemu_on_sigterm(tmp_path):

@@ -245,6 +245,64 @@ def test_a_refusing_gate_stops_the_run_before_any_node_task(local_inventory):
     assert not _events(NODE_TASK, "runner_on_start")
 
 
+def _skip_tags_from(source: str, value: str, tmp_path: Path, monkeypatch) -> RunOptions:
+    """A run whose skip tags come from `source`, as an operator sets them."""
+    if source == "cli":
+        return RunOptions(skip_tags=value)
+    if source == "environment":
+        monkeypatch.setenv("ANSIBLE_SKIP_TAGS", value)
+    elif source == "ANSIBLE_CONFIG":
+        (tmp_path / "site.cfg").write_text(f"[defaults]\nforks = 5\n\n[tags]\nskip = {value}\n")
+        monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "site.cfg"))
+    elif source == "~/.ansible.cfg":
+        monkeypatch.setenv("HOME", str(tmp_path))
+        (tmp_path / ".ansible.cfg").write_text(f"[tags]\nskip = {value}\n")
+    return RunOptions()
+
+
+@pytest.mark.parametrize(
+    ("source", "value"),
+    [("cli", "tagged"), ("environment", "always"), ("environment", "foo, tagged"), ("ANSIBLE_CONFIG", "always"),
+     ("~/.ansible.cfg", "tagged")],
+)  # fmt: skip
+def test_a_run_that_skips_the_validation_play_is_checked_before_it_starts(
+    source, value, local_inventory, tmp_path, monkeypatch
+):
+    """The validation play is tagged always: skipping `always` or `tagged` skips it, wherever Ansible reads the skip
+    tags from. Such a run cannot wait for the verdict in that play, so the check runs first: a check that takes a
+    while and refuses leaves ansible-playbook unstarted, no node task run."""
+    opts = _skip_tags_from(source, value, tmp_path, monkeypatch)
+    opts.inventory = str(local_inventory)
+
+    def slow_refusal() -> None:
+        time.sleep(2)
+        raise SystemExit(1)
+
+    with pytest.raises(SystemExit):
+        run_playbook(str(PLAYBOOKS / "validated.yml"), opts, gate=slow_refusal)
+    assert not _events(NODE_TASK, "runner_on_start")
+    assert not list((state_dir() / "runner" / "artifacts").glob("*/job_events")), "ansible-playbook was started"
+
+
+def test_an_unreadable_ansible_cfg_means_the_check_runs_first(local_inventory, tmp_path, monkeypatch):
+    (tmp_path / "broken.cfg").write_text("[tags\nskip = always\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(tmp_path / "broken.cfg"))
+    with pytest.raises(SystemExit):
+        run_playbook(str(PLAYBOOKS / "validated.yml"), RunOptions(inventory=str(local_inventory)), gate=lambda: exit(1))
+    assert not list((state_dir() / "runner" / "artifacts").glob("*/job_events"))
+
+
+def test_skip_tags_that_keep_the_validation_play_still_overlap_the_check(local_inventory, tmp_path, monkeypatch):
+    """Other skip tags (here from ansible.cfg and --skip-tags) leave the play, and the check overlapping
+    ansible-playbook's start (the gate waits for the validation task). `all` skips every task but those tagged
+    always."""
+    opts = _skip_tags_from("ANSIBLE_CONFIG", "always_not, all", tmp_path, monkeypatch)
+    opts.inventory, opts.skip_tags = str(local_inventory), "gpu"
+    result = run_playbook(str(PLAYBOOKS / "validated.yml"), opts, gate=_once_the_validation_task_waits)
+    assert result.exit_code == EXIT_OK, result.failures
+    assert _events(CHECK_TASK, "runner_on_start") and not _events(NODE_TASK, "runner_on_start")
+
+
 def test_a_playbook_without_the_validation_play_is_checked_before_it_starts(local_inventory, tmp_path):
     """success.yml does not wait for a verdict: the gate runs first, and a refusal means ansible-playbook never
     starts."""

@@ -8,10 +8,12 @@ import json
 import os
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from nodeforge.cli import main
 from nodeforge.collection import upgrade
+from tests.conftest import REPO
 
 FilterModule = importlib.import_module("ansible_collections.nodeforge.gpu.plugins.filter.upgrade").FilterModule
 FILTERS = FilterModule().filters()
@@ -99,6 +101,56 @@ def test_an_unfinished_upgrade_is_refused_unless_resumed_and_then_redone_even_at
     # As JSON text, and as the mapping Ansible's templating makes of a JSON string.
     assert upgrade.node_plan(at_target, "toolkit", json.dumps(done))["action"] == "current"
     assert upgrade.node_plan(at_target, "toolkit", done)["action"] == "current"
+
+
+CONSUMERS = ["nvidia-persistenced.service", "nvidia-dcgm.service", "dcgm.service", "nvidia-fabricmanager.service"]
+FAILED = {
+    "state": "upgrade-failed",
+    "component": "toolkit",
+    "step": "install",
+    "message": "dpkg: postinst failed",
+    "from": {"toolkit": "1.20.0"},
+    "to": {"toolkit": "1.21.0"},
+    "stopped_units": ["nvidia-persistenced.service"],
+}
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        ({"state": "upgrade-done"}, "state upgrade-done names step 'install', where a finished upgrade's record says"),
+        ({"state": "upgrade-done", "step": "done"}, "state upgrade-done carries a failure's message"),
+        ({"stopped_units": ["ssh.service", "nvidia-dcgm.service"]},
+         "stopped_units names ssh.service, which no upgrade stops (it stops nvidia-persistenced.service, "),
+        ({"stopped_units": "ssh.service"}, "stopped_units is not a list of unit names"),
+        ({"step": "rm -rf"}, "step 'rm -rf' is none of the upgrade's steps (cordon, drain, "),
+        ({"component": "kernel"}, "component 'kernel' is none of driver, ofed, toolkit, stack"),
+        ({"to": {"toolkit": ["1.21.0"]}}, "to is not a mapping of driver, ofed, toolkit to versions"),
+        ({"from": "1.20.0"}, "from is not a mapping of driver, ofed, toolkit to versions"),
+    ],
+)  # fmt: skip
+def test_a_record_that_does_not_fit_the_schedule_refuses_the_node_and_is_not_acted_on(edit, problem):
+    """An upgrade record edited on the node is reported, resumed or not: neither skipped as done nor carrying units
+    into --resume."""
+    at_target = {"toolkit": found("1.21.0-1", "1.21.0")}
+    assert upgrade.record_problems(FAILED, CONSUMERS) == []
+    for resume in (False, True):
+        plan = FILTERS["upgrade_node_plan"](at_target, "toolkit", json.dumps({**FAILED, **edit}), False, resume,
+                                            CONSUMERS)  # fmt: skip
+        assert (plan["action"], plan["resume"], plan["state"]) == ("refused", False, {})
+        [reason] = plan["refused"]
+        assert reason.startswith("the node's upgrade record does not fit an upgrade's schedule (") and problem in reason
+    # What an upgrade writes fits: done, with the units it stopped.
+    done = {k: v for k, v in {**FAILED, "state": "upgrade-done", "step": "done"}.items() if k != "message"}
+    assert FILTERS["upgrade_node_plan"](at_target, "toolkit", done, False, False, CONSUMERS)["action"] == "current"
+
+
+def test_the_role_passes_the_units_it_stops_to_the_plan():
+    """The consumers a record may name are the ones the role stops (vars/main.yml), as probe.yml hands them over."""
+    role = REPO / "collections" / "ansible_collections" / "nodeforge" / "gpu" / "roles" / "upgrade"
+    units = yaml.safe_load((role / "vars" / "main.yml").read_text())["__upgrade_consumer_units"]
+    assert units == CONSUMERS
+    assert "upgrade_resume | bool, __upgrade_consumer_units) }}" in (role / "tasks" / "probe.yml").read_text()
 
 
 @pytest.mark.parametrize("text", ["{not json", json.dumps({"state": "upgrading"}), json.dumps([1])])

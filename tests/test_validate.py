@@ -416,6 +416,32 @@ def test_perf_checks_judge_ib_write_bw_against_the_line_rate():
     assert check["status"] == "fail" and "Couldn't connect to dgx02:18515" in check["reason"]
 
 
+def test_an_hca_never_measured_is_reported_as_not_run_and_why():
+    """An HCA of the profile without a run (the play ended before the client reached it) or whose run never started
+    fails as "not run", naming the client, never as unreadable output."""
+    exp = expect("dgx-1")
+    ib = {"mlx5_0": {"item": {"name": "mlx5_0"}, "stdout": output("ib-write-bw-redbook-004.txt"), "rc": 0}}
+    ib["mlx5_1"] = {"item": {"name": "mlx5_1"}, "msg": "[Errno 2] No such file or directory: b'sh'", "rc": None}
+    checks = by_check(validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": ib}, exp, "dgx01"))
+    assert checks["ib_write_bw[mlx5_0 <-> dgx02]"]["status"] == "pass"
+    started = checks["ib_write_bw[mlx5_1 <-> dgx02]"]
+    assert (started["status"], started["expected"]) == ("fail", 11250.0)
+    assert started["reason"] == (
+        "not run: ib_write_bw could not start on dgx01: [Errno 2] No such file or directory: b'sh'"
+    )
+    for hca in ("mlx5_2", "mlx5_3"):
+        never = checks[f"ib_write_bw[{hca} <-> dgx02]"]
+        assert never["status"] == "fail" and never["reason"].startswith(
+            f"not run: dgx01's ib_write_bw client has no run on {hca} "
+        ), never
+        assert "could not be read" not in never["reason"]
+    # On the server of the pair, the client that never ran is the other node.
+    served = by_check(validate.perf_checks({"enabled": True, "server_of": "dgx01", "served": ib}, exp, "dgx02"))
+    assert served["ib_write_bw[mlx5_3 <-> dgx01]"]["reason"].startswith(
+        "not run: dgx01's ib_write_bw client has no run on mlx5_3 (the play ended on dgx01 "
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The runner collects the report task's results
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 from rich.console import Console
 
 from nodeforge import checks, cli, report
@@ -125,7 +124,7 @@ def register(main: click.Group) -> None:
         _emit(objects, cluster.k8s_version, output)
 
     @k8s_group.command(name="convert-mpijob")
-    @click.argument("source", type=click.File("r", encoding="utf-8"))
+    @click.argument("source", type=click.File("rb"))
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
     @click.option(
         "--k8s-version",
@@ -138,18 +137,22 @@ def register(main: click.Group) -> None:
         saying on stderr what changed; other objects of the file pass through. The result is validated strictly."""
         err = Console(stderr=True, highlight=False)
         converted = []
+        source_name = str(getattr(source, "name", "<stdin>"))  # a piped stdin may have no name
         try:
-            documents = k8s_validate.load_documents(source.read())
-        except yaml.YAMLError as exc:
-            raise click.ClickException(f"{source.name} is not YAML: {exc}") from exc
-        for index, doc in enumerate(documents):
+            # The file is whoever wrote the old job's: read as bytes, at most the limit and one more to tell.
+            documents = mpijob_convert.load(source.read(mpijob_convert.MAX_BYTES + 1), source_name)
+        except OSError as exc:
+            raise click.ClickException(f"{source_name}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
+        for number, line, doc in documents:
             if not isinstance(doc, dict) or doc.get("kind") != "MPIJob":
                 converted.append(doc)
                 continue
             try:
                 new, notes = mpijob_convert.convert(doc)
             except ValueError as exc:
-                raise click.ClickException(f"{source.name}, document {index + 1}: {exc}") from exc
+                raise click.ClickException(f"{source_name}, line {line} (document {number}): {exc}") from exc
             name = k8s_validate.describe(new)
             for note in notes:
                 err.print(f"{name}: {note}", soft_wrap=True)

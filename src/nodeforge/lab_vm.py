@@ -5,9 +5,12 @@ Each node boots the image of lab/vm-image/build.sh (cached by its checksum) from
 under software emulation (`-accel tcg`: KVM guests do not boot on every machine this runs on). Its sshd is reached on a
 loopback-forwarded port; its identity (host key, the lab's client key, its private link address) goes in through QEMU's
 fw_cfg, read in the guest before sshd starts, so that the lab's known_hosts is written from keys generated here, as
-for the container nodes. Consecutive nodes (1-2, 3-4, ...) share a private link: a QEMU socket netdev over UDP on
-loopback, eth1 in the guests, where two nodes run RDMA tests against each other over soft-RoCE. Each QEMU runs under
-nodeforge.vm_supervisor, which starts it again when its guest reboots.
+for the container nodes. Consecutive nodes (1-2, 3-4, ...) share a private link, eth1 in the guests, where two nodes
+run RDMA tests against each other over soft-RoCE: a QEMU dgram netdev between two Unix datagram sockets, each in its
+node's directory (mode 0700, the lab's owner only), named relative to it so that no state directory is too long for a
+socket address. No other local user can send a frame into the link (a UDP port on loopback let anyone), and no port
+is chosen long before QEMU takes it. Each QEMU runs under nodeforge.vm_supervisor, which starts it again when its
+guest reboots.
 """
 
 from __future__ import annotations
@@ -45,8 +48,7 @@ class VmNode:
     name: str
     index: int
     ssh_port: int
-    link_port: int | None = None  # this node's UDP end of the private link
-    peer_port: int | None = None  # the other node's end
+    peer: int | None = None  # the index of the node at the other end of the private link
     link_address: str | None = None  # CIDR on eth1
 
 
@@ -72,8 +74,10 @@ def ensure_image() -> Path:
     return Path(lines[-1])
 
 
-def _free_port(kind: int) -> int:
-    with socket.socket(socket.AF_INET, kind) as sock:
+def _free_port() -> int:
+    # QEMU's user network binds the port for ssh; a local user who takes it first makes QEMU fail to start, and
+    # cannot pass for the node anyway: the lab's known_hosts holds the host key generated here.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((lab.LOOPBACK, 0))
         return sock.getsockname()[1]
 
@@ -82,11 +86,10 @@ def plan(count: int) -> list[VmNode]:
     """Node names, loopback ports and link addresses for count nodes; nodes 2k-1 and 2k share link k."""
     planned = []
     for i in range(1, count + 1):
-        planned.append(VmNode(name="", index=i, ssh_port=_free_port(socket.SOCK_STREAM)))
+        planned.append(VmNode(name="", index=i, ssh_port=_free_port()))
     for first, second in zip(planned[0::2], planned[1::2], strict=False):
         pair = (first.index + 1) // 2
-        first.link_port, second.link_port = _free_port(socket.SOCK_DGRAM), _free_port(socket.SOCK_DGRAM)
-        first.peer_port, second.peer_port = second.link_port, first.link_port
+        first.peer, second.peer = second.index, first.index
         first.link_address, second.link_address = f"{LINK_NET}.{pair}.1/24", f"{LINK_NET}.{pair}.2/24"
     return planned
 
@@ -97,7 +100,8 @@ def _mac(node: VmNode, nic: int) -> str:
 
 
 def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
-    """The QEMU command line of a node, run by vm_supervisor (console on ttyS0, appended to console.log)."""
+    """The QEMU command line of a node, run by vm_supervisor in the node's directory (console on ttyS0, appended to
+    console.log)."""
     here = node_dir(name, node.name)
     key = lab.host_key(name, node.name)
     client = lab.client_key(name)
@@ -116,14 +120,22 @@ def qemu_argv(name: str, node: VmNode, image: Path) -> list[str]:
         # A guest reboot ends QEMU; vm_supervisor starts a fresh one, which boots twice as fast under emulation.
         "-no-reboot", "-pidfile", str(here / "qemu.pid"),
     ]  # fmt: skip
-    if node.link_port is not None:
+    if node.peer is not None:
         (here / "link_address").write_text(node.link_address or "")
-        argv += [
-            "-netdev", f"socket,id=link0,udp={lab.LOOPBACK}:{node.peer_port},localaddr={lab.LOOPBACK}:{node.link_port}",
-            "-device", f"virtio-net-pci,netdev=link0,mac={_mac(node, 1)},romfile=",
-            "-fw_cfg", f"name={FW_CFG}/link_address,file={here / 'link_address'}",
-        ]  # fmt: skip
+        argv += link_argv(name, node)
     return argv
+
+
+def link_argv(name: str, node: VmNode) -> list[str]:
+    """The private link's NIC: this node's datagram socket in its own directory, sending to the peer's in the next
+    directory (paths relative to the node's directory, where vm_supervisor runs QEMU)."""
+    peer = lab.check_node(name, f"nodeforge-{name}-{node.peer}")
+    local, remote = vm_supervisor.LINK_SOCKET, f"../{peer}/{vm_supervisor.LINK_SOCKET}"
+    return [
+        "-netdev", f"dgram,id=link0,local.type=unix,local.path={local},remote.type=unix,remote.path={remote}",
+        "-device", f"virtio-net-pci,netdev=link0,mac={_mac(node, 1)},romfile=",
+        "-fw_cfg", f"name={FW_CFG}/link_address,file={node_dir(name, node.name) / 'link_address'}",
+    ]  # fmt: skip
 
 
 def _pid(name: str, node: str, pidfile: str = "qemu.pid") -> int | None:
@@ -152,8 +164,12 @@ def _running(name: str, node: str) -> bool:
 
 def _saved(name: str) -> list[VmNode]:
     found = []
+    fields = set(VmNode.__dataclass_fields__)
     for path in sorted(vm_dir(name).glob("*/node.json")):
-        found.append(VmNode(**json.loads(path.read_text())))
+        saved = json.loads(path.read_text())
+        if saved.get("link_address") and saved.get("peer") is None:  # written before the link was a socket pair
+            saved["peer"] = saved["index"] + 1 if saved["index"] % 2 else saved["index"] - 1
+        found.append(VmNode(**{key: value for key, value in saved.items() if key in fields}))
     return sorted(found, key=lambda n: n.index)
 
 

@@ -5,6 +5,7 @@ The CLI never shells out to ansible-playbook; everything goes through `ansible_r
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import shlex
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -267,9 +269,44 @@ def _extra_vars_args(values: tuple[str, ...], directory: Path, ident: str) -> tu
     return args, files
 
 
-def _gated(playbook: Path, opts: RunOptions) -> bool:
-    """Whether the playbook opens with the validation play and the run keeps it (it is tagged always)."""
-    if "always" in (opts.skip_tags or "").replace(" ", "").split(","):
+def _ansible_cfg(environ: Mapping[str, str], cwd: Path) -> Path | None:
+    """The ansible.cfg ansible-playbook reads, in Ansible's documented order: ANSIBLE_CONFIG (a file, or a directory
+    holding one), ansible.cfg in its working directory, ~/.ansible.cfg, /etc/ansible/ansible.cfg."""
+    named = environ.get("ANSIBLE_CONFIG")
+    candidates = []
+    if named:
+        named_path = Path(os.path.expanduser(named))
+        candidates.append(named_path / "ansible.cfg" if named_path.is_dir() else named_path)
+    candidates += [cwd / "ansible.cfg", Path(os.path.expanduser("~/.ansible.cfg")), Path("/etc/ansible/ansible.cfg")]
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _skipped_tags(opts: RunOptions, environ: Mapping[str, str], cwd: Path) -> set[str] | None:
+    """The tags the run skips, from wherever Ansible takes them: --skip-tags, added to ANSIBLE_SKIP_TAGS or else the
+    [tags] skip of its ansible.cfg. None when the ansible.cfg cannot be read (the run may skip anything)."""
+    tags = set(_words(opts.skip_tags))
+    if "ANSIBLE_SKIP_TAGS" in environ:
+        return tags | set(_words(environ["ANSIBLE_SKIP_TAGS"]))
+    config = _ansible_cfg(environ, cwd)
+    if config is None:
+        return tags
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(config, encoding="utf-8")
+    except (OSError, UnicodeError, configparser.Error):
+        return None
+    return tags | set(_words(parser.get("tags", "skip", fallback="")))
+
+
+def _words(value: str | None) -> list[str]:
+    return [word.strip() for word in (value or "").split(",") if word.strip()]
+
+
+def _gated(playbook: Path, opts: RunOptions, environ: Mapping[str, str]) -> bool:
+    """Whether the playbook opens with the validation play and the run keeps it: it is tagged always, which only
+    skipping `always` or `tagged` skips, wherever that is set (else the check runs before ansible-playbook starts)."""
+    skipped = _skipped_tags(opts, environ, playbook.resolve().parent)
+    if skipped is None or skipped & {"always", "tagged"}:
         return False
     try:
         plays = yaml.load(playbook.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -316,7 +353,7 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True, mode=0o700)
     private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
-    gated = gate is not None and _gated(path, opts)
+    gated = gate is not None and _gated(path, opts, {**os.environ, **opts.envvars})
     if gate is not None and not gated:
         gate()  # before anything of the run is written: a refusal leaves nothing behind
     # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect

@@ -18,6 +18,8 @@ description:
   - C(nvidia_sources) reads the NVIDIA driver source probe's lines into dir, flavor and version.
   - C(rpm_spec) reads an RPM spec's Version and _release.
   - C(with_prefix_length) adds C(prefix) (from C(netmask), dotted or a length) to each interface.
+  - C(apt_lists_stale) says whether apt lists refreshed at the input (epoch seconds; empty when not known) are at
+    least the first argument's seconds old at the second (now().timestamp()).
 author: nodeforge
 options:
   _input:
@@ -42,4 +44,5 @@ class FilterModule:
             "nvidia_sources": parsers.nvidia_sources,
             "rpm_spec": parsers.rpm_spec,
             "with_prefix_length": with_prefix_length,
+            "apt_lists_stale": decisions.apt_lists_stale,
         }

@@ -24,8 +24,8 @@ options:
 
 
 @reraise_as_filter_error(k8s_objects.K8sConfigError)
-def kubeconfig_server(text: str, context: str = "") -> str:
-    return k8s_objects.kubeconfig_server(text, context)
+def kubeconfig_server(text: str, context: str = "", path: str = "") -> str:
+    return k8s_objects.kubeconfig_server(text, context, path)
 
 
 class FilterModule:

@@ -14,7 +14,8 @@ description:
   - C(upgrade_node_plan) computes a node's plan from the versions found (the input, component to installed and
     target) - action todo, current or refused (with the reasons), per component upgrade, downgrade, current or
     refused. Arguments - the component (driver, ofed, toolkit or stack), the node's state file text, whether
-    downgrades are allowed and whether the run resumes.
+    downgrades are allowed, whether the run resumes, and the units an upgrade stops (a record naming others, or one
+    that does not fit an upgrade's schedule, refuses the node).
   - C(upgrade_state_record) builds the node's state file record - the state (the input), the component, the step,
     the plan, an optional message and extra keys.
   - C(upgrade_modules_to_unload) lists the driver's loaded modules (the input is /proc/modules) in unload order.

@@ -144,3 +144,14 @@ def driver_reboot_reasons(
     if options_changed and loaded:
         reasons.append(f"the nvidia module options changed under the loaded driver {loaded}")
     return reasons
+
+
+def apt_lists_stale(refreshed: Any, valid_time: Any, now: Any) -> bool:
+    """Whether apt lists last refreshed at `refreshed` (seconds since the epoch, as `stat --format=%Y` prints it) are
+    valid_time seconds old or older at `now`: the one freshness rule of the nodeforge role's apt_lists.yml and of the
+    roles that skip including it. A time not known ('', None, not a number) counts as old."""
+    text = "" if refreshed is None else str(refreshed).strip()
+    try:
+        return float(now) - int(text) >= int(valid_time)
+    except ValueError:
+        return True

@@ -617,17 +617,34 @@ def kustomization(names: list[str]) -> str:
     return dump({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": names})
 
 
-def kubeconfig_server(text: str, context: str = "") -> str:
+def kubeconfig_server(text: str, context: str = "", path: str = "") -> str:
     """The API server URL a kubeconfig points at, for its current-context or the context named (what a message about
-    a server that does not answer must name)."""
-    config = yaml.safe_load(text) or {}
+    a server that does not answer must name). A kubeconfig holds credentials: an error names the file (path) and the
+    line, never what is written there."""
+    name = f"the kubeconfig {path}" if path else "the kubeconfig"
+    try:
+        config = yaml.safe_load(text if isinstance(text, str) else "")
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "position unknown"
+        raise K8sConfigError(f"{name} is not valid YAML ({where}: {exc.problem or exc.context})") from None
+    except yaml.YAMLError:
+        raise K8sConfigError(f"{name} is not valid YAML") from None
+    config = config or {}
+    if not isinstance(config, dict):
+        raise K8sConfigError(f"{name} is not a mapping (apiVersion, kind, clusters, contexts, users)")
     wanted = context or config.get("current-context") or ""
-    contexts = {c.get("name"): c.get("context") or {} for c in config.get("contexts") or []}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in config.get("clusters") or []}
+    contexts = {c.get("name"): c.get("context") or {} for c in _entries(config, "contexts")}
+    clusters = {c.get("name"): c.get("cluster") or {} for c in _entries(config, "clusters")}
     if wanted not in contexts:
-        raise K8sConfigError(f"the kubeconfig has no context {wanted!r} (contexts: {', '.join(map(str, contexts))})")
-    cluster = contexts[wanted].get("cluster")
-    server = clusters.get(cluster, {}).get("server")
+        raise K8sConfigError(f"{name} has no context {wanted!r} (contexts: {', '.join(map(str, contexts))})")
+    cluster = contexts[wanted].get("cluster") if isinstance(contexts[wanted], dict) else None
+    server = clusters.get(cluster, {}).get("server") if isinstance(clusters.get(cluster), dict) else None
     if not server:
-        raise K8sConfigError(f"the kubeconfig's context {wanted!r} names cluster {cluster!r}, which has no server")
+        raise K8sConfigError(f"{name}'s context {wanted!r} names cluster {cluster!r}, which has no server")
     return str(server)
+
+
+def _entries(config: dict, key: str) -> list[dict]:
+    entries = config.get(key) or []
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []

@@ -17,14 +17,23 @@ What changes from v1alpha2 to v2beta1:
 
 Anything it cannot convert faithfully (an unknown field, a value v2beta1 refuses, two fields that disagree) raises
 ValueError naming the field: a converter that guessed would hand the operator a job that does something else.
+
+The file comes from whoever wrote the old job: load() reads it as hostile input (a size limit, UTF-8 checked, YAML
+aliases counted as they expand, a depth limit), and every refusal names the file and, where there is one, the line;
+no message quotes more than a short, truncated piece of what the file holds.
 """
 
 from __future__ import annotations
 
 import copy
+import posixpath
 import re
+import reprlib
+import shlex
 from collections.abc import Mapping
 from typing import Any
+
+import yaml
 
 TARGET_API_VERSION = "kubeflow.org/v2beta1"
 SOURCE_VERSIONS = ("v1alpha1", "v1alpha2", "v1")
@@ -56,7 +65,147 @@ SERVER_METADATA = (
 KEPT_METADATA = ("name", "namespace", "labels", "annotations")
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_NP_OPTIONS = ("-np", "-n", "--np", "-c", "--n")
+_NP_OPTIONS = ("-np", "-n", "--np", "-c", "--n")  # Open MPI's mpirun: all the same option
+_MPIRUNS = ("mpirun", "mpiexec", "orterun", "prterun", "mpiexec.hydra", "horovodrun")
+_SHELLS = ("sh", "bash", "dash", "ash", "ksh", "zsh")
+_SHELL_SEPARATORS = (";", "&&", "||", "|", "&", "(", ")")
+# The API server takes no request body over 3 MiB; the MPIJob CRD, the largest object nodeforge ships, is 0.7 MiB.
+MAX_BYTES = 3 * 1024 * 1024
+# Values once every alias is expanded (what the validator and the writer walk): the MPIJob CRD has about 10,000, a
+# job about 150; a billion-laughs file has billions, from a few hundred bytes.
+MAX_NODES = 100_000
+MAX_DEPTH = 100  # levels of nesting: the MPIJob CRD has 35; the validator and deepcopy recurse once a level
+# YAML's printable characters (the YAML 1.1 spec, which PyYAML reads): anything else is binary.
+_NOT_YAML_TEXT = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_SHORT = reprlib.Repr()  # bounds the work: it looks at a few items of a few levels, never the whole value
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 2, 80, 80
+SHOWN = 100  # characters of a value that a message quotes
+
+
+def _shown(value: Any) -> str:
+    """A value of the file, quoted in a message: short whatever it holds (an alias-built value can be huge)."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+# ---- the file --------------------------------------------------------------------------------------------------------
+def load(data: bytes, name: str) -> list[tuple[int, int, Any]]:
+    """The documents of the file `name` (its bytes: at most MAX_BYTES, and one more to tell a larger file) as
+    (document number, line, object), empty documents left out. ValueError names the file (and the line): a file
+    over MAX_BYTES, not UTF-8 or not YAML, nested deeper than MAX_DEPTH, over MAX_NODES values once its aliases are
+    expanded, a value that contains itself, or no MPIJob in it."""
+    if len(data) > MAX_BYTES:
+        raise ValueError(
+            f"{name}: larger than {MAX_BYTES // (1024 * 1024)} MiB, refused (the API server takes no larger object; "
+            "an MPIJob is a few KiB)"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(
+            f"{name}, line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+            "a binary file? A manifest is UTF-8 YAML"
+        ) from None
+    bad = _NOT_YAML_TEXT.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        raise ValueError(
+            f"{name}, line {line}: character U+{ord(bad.group()):04X} is not allowed in YAML: a binary file?"
+        )
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    documents = []
+    values = 0
+    number = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            number += 1
+            values += _measure(node, name, MAX_NODES - values)
+            line = node.start_mark.line + 1
+            try:
+                doc = loader.construct_document(node)
+            except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:  # a tag's value (!!float x)
+                raise ValueError(
+                    f"{name}, document {number} (line {line}): a value YAML cannot build: {_clipped(str(exc))}"
+                ) from None
+            if doc:
+                documents.append((number, line, doc))
+    except yaml.MarkedYAMLError as exc:
+        raise ValueError(_yaml_problem(name, exc)) from None
+    except yaml.YAMLError as exc:  # a ReaderError: the characters were checked above, so not expected
+        raise ValueError(f"{name}: not YAML ({type(exc).__name__})") from None
+    except RecursionError:  # the pure-Python composer (no libyaml) nests a frame a level; libyaml stops at 1000
+        raise ValueError(f"{name}: nested too deeply to read (at most {MAX_DEPTH} levels)") from None
+    finally:
+        loader.dispose()
+    kinds = [doc.get("kind") if isinstance(doc, Mapping) else type(doc).__name__ for _, _, doc in documents]
+    if "MPIJob" not in kinds:
+        held = (
+            f"its {len(kinds)} document(s) hold {', '.join(sorted({_shown(k) for k in kinds}))}"
+            if kinds
+            else "it holds no YAML document"
+        )
+        raise ValueError(f"no MPIJob found in {name}: {held}")
+    return documents
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= 2 * SHOWN else text[: 2 * SHOWN - 3] + "..."
+
+
+def _yaml_problem(name: str, exc: yaml.MarkedYAMLError) -> str:
+    """A parser's error as "FILE, line L, column C: not YAML: ...", without the snippet of the file PyYAML adds."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{name}, line {mark.line + 1}, column {mark.column + 1}" if mark else name
+    context = f" ({exc.context}, line {exc.context_mark.line + 1})" if exc.context and exc.context_mark else ""
+    return f"{where}: not YAML: {_clipped((exc.problem or 'unreadable') + context)}"
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [child for pair in node.value for child in pair]
+    return []
+
+
+def _measure(root: yaml.Node, name: str, budget: int) -> int:
+    """The values of a composed document once its aliases are expanded, counted without expanding them (an alias is
+    the node it names: each node is measured once). ValueError at the first node (its line) over the budget or
+    MAX_DEPTH, or on a node that contains itself."""
+    sizes: dict[int, int] = {}
+    depths: dict[int, int] = {}
+    open_nodes: set[int] = set()  # on the path from the root: met again below itself, it is a cycle
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, measured = stack.pop()
+        key = id(node)
+        line = node.start_mark.line + 1
+        if measured:
+            children = _children(node)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            depths[key] = 1 + max((depths[id(child)] for child in children), default=0)
+            open_nodes.discard(key)
+            if depths[key] > MAX_DEPTH:
+                raise ValueError(f"{name}, line {line}: nested deeper than {MAX_DEPTH} levels, refused")
+            if sizes[key] > budget:
+                raise ValueError(
+                    f"{name}, line {line}: more than {MAX_NODES} values once its YAML aliases are expanded, refused "
+                    "(a Kubernetes object is far smaller: an alias bomb?)"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise ValueError(
+                f"{name}, line {line}: a YAML alias inside the value it names (a value that contains "
+                "itself is no Kubernetes object)"
+            )
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(_children(node)))
+    return sizes[id(root)]
 
 
 def convert(doc: Mapping[str, Any]) -> tuple[dict, list[str]]:
@@ -66,12 +215,12 @@ def convert(doc: Mapping[str, Any]) -> tuple[dict, list[str]]:
     if not isinstance(doc, Mapping):
         raise ValueError(f"an MPIJob is a mapping, not {type(doc).__name__}")
     if doc.get("kind") != "MPIJob":
-        raise ValueError(f"kind: {doc.get('kind')!r} is not an MPIJob")
+        raise ValueError(f"kind: {_shown(doc.get('kind'))} is not an MPIJob")
     api_version = doc.get("apiVersion")
     group, _, version = str(api_version).rpartition("/")
     if group != "kubeflow.org" or version not in (*SOURCE_VERSIONS, "v2beta1"):
         raise ValueError(
-            f"apiVersion: {api_version!r} is not an MPIJob version this converts "
+            f"apiVersion: {_shown(api_version)} is not an MPIJob version this converts "
             f"(kubeflow.org/{', kubeflow.org/'.join(SOURCE_VERSIONS)})"
         )
     if version == "v2beta1":
@@ -109,6 +258,8 @@ def _metadata(metadata: Any, notes: list[str]) -> dict:
                 f"metadata.{key}: not converted (nodeforge converts name, namespace, labels and annotations; "
                 f"remove it or set it after the conversion)"
             )
+    for field in ("labels", "annotations"):
+        _strings(result.get(field), f"metadata.{field}")
     annotations = result.get("annotations")
     if isinstance(annotations, Mapping) and LAST_APPLIED in annotations:
         result["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
@@ -118,21 +269,35 @@ def _metadata(metadata: Any, notes: list[str]) -> dict:
     return result
 
 
+def _strings(value: Any, where: str) -> None:
+    """Labels and annotations map strings to strings: anything else is refused here, by its key, rather than by the
+    validator, whose message quotes the whole value (an alias-built one included)."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: a {type(value).__name__}, not a mapping of strings to strings")
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{where}: the key {_shown(key)} is not a string")
+        if not isinstance(item, str):
+            raise ValueError(f"{where}.{key}: a {type(item).__name__}, not a string (quote it)")
+
+
 def _check_name(metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> None:
     """v2beta1 names the worker pods (and their hostnames) <name>-worker-<index>: a DNS label."""
     workers = (spec["mpiReplicaSpecs"].get("Worker") or {}).get("replicas") or 1
     hostname = f"{metadata['name']}-worker-{workers - 1}"
     if not _DNS_LABEL.fullmatch(hostname):
         raise ValueError(
-            f"metadata.name: {metadata['name']!r} would name a worker {hostname!r}, which is not a DNS label "
-            "(lowercase alphanumerics and '-', at most 63 characters): v2beta1 refuses the MPIJob"
+            f"metadata.name: {_shown(metadata['name'])} would name a worker {_shown(hostname)}, which is not a DNS "
+            "label (lowercase alphanumerics and '-', at most 63 characters): v2beta1 refuses the MPIJob"
         )
 
 
 # ---- v1alpha2 and v1: replica specs ----------------------------------------------------------------------------------
 def _int(value: Any, field: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}: {value!r} is not an integer of at least {minimum}")
+        raise ValueError(f"{field}: {_shown(value)} is not an integer of at least {minimum}")
     return value
 
 
@@ -141,7 +306,7 @@ def _run_policy(spec: dict, version: str, notes: list[str]) -> dict:
     runPolicy the job already had; the same field in both with different values is refused, not resolved."""
     old = spec.pop("runPolicy", None)
     if old is not None and not isinstance(old, Mapping):
-        raise ValueError(f"spec.runPolicy: {old!r} is not a mapping")
+        raise ValueError(f"spec.runPolicy: {_shown(old)} is not a mapping")
     run_policy = copy.deepcopy(dict(old or {}))
     unknown = sorted(set(run_policy) - set(RUN_POLICY_KEYS))
     if unknown:
@@ -154,7 +319,8 @@ def _run_policy(spec: dict, version: str, notes: list[str]) -> dict:
         value = spec.pop(field)
         if field in run_policy and run_policy[field] != value:
             raise ValueError(
-                f"spec.{field} ({value!r}) and spec.runPolicy.{field} ({run_policy[field]!r}) disagree: keep one"
+                f"spec.{field} ({_shown(value)}) and spec.runPolicy.{field} ({_shown(run_policy[field])}) disagree: "
+                "keep one"
             )
         run_policy[field] = value
         notes.append(f"spec.{field} -> spec.runPolicy.{field} ({value})")
@@ -169,7 +335,9 @@ def _run_policy(spec: dict, version: str, notes: list[str]) -> dict:
             "workers would be deleted when the launcher ends)"
         )
     elif clean not in CLEAN_POD_POLICIES:
-        raise ValueError(f"spec.runPolicy.cleanPodPolicy: {clean!r} is not one of {', '.join(CLEAN_POD_POLICIES)}")
+        raise ValueError(
+            f"spec.runPolicy.cleanPodPolicy: {_shown(clean)} is not one of {', '.join(CLEAN_POD_POLICIES)}"
+        )
     return run_policy
 
 
@@ -182,7 +350,7 @@ def _restart_policy(policy: Any, replica_type: str, version: str, notes: list[st
         notes.append(f"{where}: Always -> OnFailure (v2beta1 accepts {' or '.join(RESTART_POLICIES)})")
         return "OnFailure"
     if policy is not None:
-        raise ValueError(f"{where}: {policy!r} has no v2beta1 equivalent: one of {', '.join(RESTART_POLICIES)}")
+        raise ValueError(f"{where}: {_shown(policy)} has no v2beta1 equivalent: one of {', '.join(RESTART_POLICIES)}")
     if replica_type == "Launcher":
         notes.append(f"{where}: set to OnFailure (as the {version} operator ran the launcher Job)")
         return "OnFailure"
@@ -205,12 +373,19 @@ def _replica_specs(specs: Any, version: str, notes: list[str]) -> dict:
         raise ValueError("spec.mpiReplicaSpecs.Launcher: missing (v2beta1 needs the launcher)")
     result = {}
     for replica_type in REPLICA_TYPES:
-        if replica_type not in specs:
-            continue
         where = f"spec.mpiReplicaSpecs.{replica_type}"
-        replica = specs[replica_type]
+        replica = specs.get(replica_type)
+        if replica is None and replica_type == "Worker":
+            # v2beta1 would take a launcher alone, but a job converted from one has no host for its mpirun: a file
+            # cut short (a copy, a paste) loses its Worker first.
+            raise ValueError(
+                f"{where}: missing, the Worker replica spec (its replicas and template): the launcher's mpirun would "
+                "have no host to start ranks on (is the file cut short?)"
+            )
+        if replica is None:
+            raise ValueError(f"{where}: empty, a replica spec needs its replicas and template (is the file cut short?)")
         if not isinstance(replica, Mapping):
-            raise ValueError(f"{where}: {replica!r} is not a replica spec")
+            raise ValueError(f"{where}: {_shown(replica)} is not a replica spec")
         unknown = sorted(set(replica) - {"replicas", "template", "restartPolicy"})
         if unknown:
             raise ValueError(f"{where}: unknown field(s) {', '.join(map(str, unknown))}")
@@ -224,7 +399,9 @@ def _replica_specs(specs: Any, version: str, notes: list[str]) -> dict:
                 replica["replicas"] = 1
                 notes.append(f"{where}.replicas: set to 1 (v2beta1 wants it spelled out; there is one launcher)")
             elif replica["replicas"] != 1:
-                raise ValueError(f"{where}.replicas: {replica['replicas']!r}, but v2beta1 runs exactly 1 launcher")
+                raise ValueError(
+                    f"{where}.replicas: {_shown(replica['replicas'])}, but v2beta1 runs exactly 1 launcher"
+                )
         else:
             if "replicas" not in replica:
                 raise ValueError(f"{where}.replicas: missing (v2beta1 would start no worker): say how many")
@@ -235,8 +412,8 @@ def _replica_specs(specs: Any, version: str, notes: list[str]) -> dict:
             account = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
             if account:
                 notes.append(
-                    f"{where}.template.spec.serviceAccountName: {account!r} is used now (the v1alpha2 operator ran "
-                    "the launcher under its own <name>-launcher account, for kubectl exec)"
+                    f"{where}.template.spec.serviceAccountName: {_shown(account)} is used now (the v1alpha2 operator "
+                    "ran the launcher under its own <name>-launcher account, for kubectl exec)"
                 )
         result[replica_type] = replica
     kept = ", ".join(
@@ -272,7 +449,7 @@ def _from_replica_specs(spec: dict, version: str, notes: list[str]) -> dict:
             f"spec.mpiDistribution ({distribution}) -> spec.mpiImplementation ({new_spec['mpiImplementation']})"
         )
     else:
-        raise ValueError(f"spec.mpiDistribution: {distribution!r} is not one of {', '.join(MPI_IMPLEMENTATIONS)}")
+        raise ValueError(f"spec.mpiDistribution: {_shown(distribution)} is not one of {', '.join(MPI_IMPLEMENTATIONS)}")
     replica_specs = _replica_specs(spec.pop("mpiReplicaSpecs", None), version, notes)
     main = spec.pop("mainContainer", None)
     if main is not None:
@@ -280,10 +457,10 @@ def _from_replica_specs(spec: dict, version: str, notes: list[str]) -> dict:
             first = replica["template"]["spec"]["containers"][0].get("name")
             if first != main:
                 raise ValueError(
-                    f"spec.mainContainer: {main!r}, but v2beta1 runs MPI in the first container of each replica and "
-                    f"the {replica_type}'s first is {first!r}: put {main!r} first"
+                    f"spec.mainContainer: {_shown(main)}, but v2beta1 runs MPI in the first container of each replica "
+                    f"and the {replica_type}'s first is {_shown(first)}: put {_shown(main)} first"
                 )
-        notes.append(f"spec.mainContainer: dropped (v2beta1 has none: MPI runs in the first container, {main!r})")
+        notes.append(f"spec.mainContainer: dropped (v2beta1 has none: MPI runs in the first container, {_shown(main)})")
     if spec:
         raise ValueError(f"spec: unknown field(s) of a {version} MPIJob: {', '.join(map(str, sorted(spec)))}")
     new_spec["mpiReplicaSpecs"] = replica_specs
@@ -320,8 +497,10 @@ def _from_v1alpha1(spec: dict, notes: list[str]) -> dict:
     if "gpus" in spec and "processingUnits" in spec:
         raise ValueError("spec.gpus and spec.processingUnits: both given (v1alpha1 refused that too): keep one")
     resource = spec.get("processingResourceType") or "nvidia.com/gpu"
+    if not isinstance(resource, str):
+        raise ValueError(f"spec.processingResourceType: {_shown(resource)} is not a resource name")
     if "gpus" in spec and resource != "nvidia.com/gpu":
-        raise ValueError(f"spec.processingResourceType: {resource!r} with spec.gpus (GPUs are nvidia.com/gpu)")
+        raise ValueError(f"spec.processingResourceType: {_shown(resource)} with spec.gpus (GPUs are nvidia.com/gpu)")
     first = containers[0]
     limits = (first.get("resources") or {}).get("limits") or {}
     per_worker_in_template = limits.get(resource)
@@ -431,41 +610,100 @@ def _ssh_notes(spec: Mapping[str, Any], notes: list[str]) -> None:
         return
     pod_spec = worker["template"]["spec"]
     first = pod_spec["containers"][0]
+    container = _shown(first.get("name"))
     image = first.get("image", "<no image>")
+    image = image if isinstance(image, str) and len(image) <= 200 else _shown(image)
     if first.get("command") or first.get("args"):
         notes.append(
-            f"spec.mpiReplicaSpecs.Worker: container {first.get('name')!r} has its own command: in v2beta1 it must run "
+            f"spec.mpiReplicaSpecs.Worker: container {container} has its own command: in v2beta1 it must run "
             "an SSH server, the launcher reaches the workers over SSH (not kubectl exec)"
         )
     else:
         notes.append(
             f"spec.mpiReplicaSpecs.Worker: v2beta1 reaches the workers over SSH, not kubectl exec: the operator starts "
-            f"/usr/sbin/sshd -De in container {first.get('name')!r}, so its image ({image}) needs an SSH server, and "
+            f"/usr/sbin/sshd -De in container {container}, so its image ({image}) needs an SSH server, and "
             "the Launcher's image an SSH client"
         )
     user = _non_root_user(pod_spec, first)
     if user is not None:
         notes.append(
-            f"spec.sshAuthMountPath: left at /root/.ssh, but the workers run as uid {user}: set it to that user's "
-            "~/.ssh and run sshd as that user (its own sshd_config, an unprivileged port), as the MPI Operator's "
-            "v2beta1 pi example does"
+            f"spec.sshAuthMountPath: left at /root/.ssh, but the workers run as uid {_shown(user)}: set it to that "
+            "user's ~/.ssh and run sshd as that user (its own sshd_config, an unprivileged port), as the MPI "
+            "Operator's v2beta1 pi example does"
         )
 
 
+def _shell_script(words: list[str]) -> str | None:
+    """The script of `sh -c SCRIPT` (bash -c, -lc, -ec, ...), given the words after the shell; None without -c."""
+    script_flag = False
+    option_argument = False
+    for word in words:
+        if option_argument or word == "--":  # -o pipefail: the option's argument
+            option_argument = False
+            continue
+        if word in ("-o", "+o", "-O", "+O"):
+            option_argument = True
+            continue
+        if word.startswith("-") and not word.startswith("--"):
+            script_flag = script_flag or "c" in word[1:]
+            continue
+        if word.startswith("--"):  # --login, --norc: options of bash itself
+            continue
+        return word if script_flag else None
+    return None
+
+
+def _split(script: str) -> list[str]:
+    """A shell command line as words, ;, &&, | and the like apart (it ends mpirun's options)."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unbalanced quote: the shell would refuse it too; its words, roughly
+        return script.split()
+
+
+def _mpirun_words(words: list[Any], depth: int = 0) -> list[str]:
+    """The launcher's command line where mpirun's options are: inside `sh -c "..."` (or bash's), and from the word
+    after mpirun (or mpiexec) to the end of that command; the whole line when it names no mpirun and runs no shell
+    (an image whose entrypoint is mpirun, given -np in args)."""
+    words = [str(word) for word in words]
+    for index, word in enumerate(words):
+        if posixpath.basename(word) in _SHELLS and depth < 3:
+            script = _shell_script(words[index + 1 :])
+            if script is not None:
+                return _mpirun_words(_split(script), depth + 1)
+    for index, word in enumerate(words):
+        if posixpath.basename(word) in _MPIRUNS:
+            rest = words[index + 1 :]
+            end = next((i for i, w in enumerate(rest) if w in _SHELL_SEPARATORS), len(rest))
+            return rest[:end]
+    return [] if depth else words  # a script without mpirun: its -n is some other program's
+
+
 def _np(command: list[Any]) -> int | None:
-    for index, word in enumerate(command[:-1]):
-        if str(word) in _NP_OPTIONS:
-            try:
-                return int(str(command[index + 1]))
-            except ValueError:
+    """The ranks mpirun is asked for: -np N, -n N, --np N, -c N, --n N, or any of them as -np=N."""
+    words = _mpirun_words(command)
+    for index, word in enumerate(words):
+        option, equals, value = word.partition("=")
+        if option not in _NP_OPTIONS:
+            continue
+        if not equals:
+            if index + 1 == len(words):
                 return None
+            value = words[index + 1]
+        try:
+            return int(value)
+        except ValueError:  # $NP, a variable: mpirun's to resolve
+            return None
     return None
 
 
 def _np_note(spec: Mapping[str, Any], notes: list[str]) -> None:
     """mpirun -np beyond the slots the hostfile has fails at start: said now rather than on the cluster."""
     launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    ranks = _np([*(launcher.get("command") or []), *(launcher.get("args") or [])])
+    command, args = launcher.get("command"), launcher.get("args")
+    ranks = _np([*(command if isinstance(command, list) else []), *(args if isinstance(args, list) else [])])
     worker = spec["mpiReplicaSpecs"].get("Worker")
     if ranks is None or not worker:
         return

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cmp_to_key
 from typing import Any
 
@@ -103,6 +103,38 @@ def read_state(text: Any) -> dict[str, Any]:
     return record
 
 
+def record_problems(record: Mapping[str, Any], consumers: Sequence[str] = ()) -> list[str]:
+    """Why a node's upgrade record does not fit what an upgrade writes (state_record, tasks/record.yml), [] when it
+    does: a record edited by hand (a failure turned into done, units added to stopped_units) is reported, never acted
+    on. consumers: the units an upgrade stops (the role's __upgrade_consumer_units), the only ones a record may name."""
+    problems = []
+    state, step = record.get("state"), record.get("step")
+    if record.get("component") not in CHOICES:
+        problems.append(f"component {record.get('component')!r} is none of {', '.join(CHOICES)}")
+    if state == DONE:
+        if step != "done":
+            problems.append(f"state {DONE} names step {step!r}, where a finished upgrade's record says step done")
+        if "message" in record:
+            problems.append(f"state {DONE} carries a failure's message")
+    elif step not in STEPS:
+        problems.append(f"step {step!r} is none of the upgrade's steps ({', '.join(STEPS)})")
+    for key in ("from", "to"):
+        versions = record.get(key, {})
+        if not isinstance(versions, Mapping) or any(
+            name not in COMPONENTS or not isinstance(version, str) for name, version in versions.items()
+        ):
+            problems.append(f"{key} is not a mapping of {', '.join(COMPONENTS)} to versions")
+    units = record.get("stopped_units", [])
+    if not isinstance(units, list) or not all(isinstance(unit, str) for unit in units):
+        problems.append("stopped_units is not a list of unit names")
+    else:
+        unknown = [unit for unit in units if unit not in consumers]
+        if unknown:
+            stops = ", ".join(consumers) or "none"
+            problems.append(f"stopped_units names {', '.join(unknown)}, which no upgrade stops (it stops {stops})")
+    return problems
+
+
 def component_plan(name: str, installed: str, target: str, allow_downgrade: bool) -> dict[str, Any]:
     """One component on one node: action upgrade, downgrade, current or refused, with the reason."""
     have, want = upstream(installed), upstream(target)
@@ -126,12 +158,27 @@ def node_plan(
     state: Any = None,
     allow_downgrade: bool = False,
     resume: bool = False,
+    consumers: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A node's plan from what it runs: found = {component: {installed, target}} for the components asked (stack:
     the ones the node has; a component found with neither version does not apply). The node is `todo` when any
     component moves, or when an earlier upgrade left it unfinished and this run resumes; `refused` (with the
-    reasons) when any component is refused or an unfinished upgrade is not resumed."""
+    reasons) when any component is refused, an unfinished upgrade is not resumed, or the node's record does not fit
+    an upgrade's schedule (record_problems, with the units an upgrade stops: consumers)."""
     record = read_state(state)
+    problems = record_problems(record, consumers) if record else []
+    if problems:
+        return {
+            "action": "refused",
+            "components": [],
+            "refused": [
+                f"the node's upgrade record does not fit an upgrade's schedule ({'; '.join(problems)}): nothing of "
+                "it is acted on; check the node, then remove the record to plan afresh"
+            ],
+            "resume": False,
+            "state": {},
+            "downgrade": False,
+        }
     unfinished = record.get("state") in UNFINISHED
     same = unfinished and record.get("component") == component
     entries = []

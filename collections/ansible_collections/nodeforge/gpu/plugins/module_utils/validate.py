@@ -558,6 +558,20 @@ def _command_result(result: Mapping | None) -> tuple[str, int]:
     )
 
 
+def _never_run(run: Mapping | None, hca: Mapping, host: str, other: str, key: str) -> str:
+    """Why an HCA of the profile has no ib_write_bw output to judge, or "" when it has one: a run is a fact to judge,
+    the lack of one is not unreadable output."""
+    client = host if key == "ib" else other
+    if not isinstance(run, Mapping):
+        return (
+            f"not run: {client}'s ib_write_bw client has no run on {hca.get('name')} (the play ended on {client} or "
+            f"its server before the client reached this HCA; see the run's output for {client})"
+        )
+    if not (run.get("stdout") or run.get("stderr")) and run.get("msg"):
+        return f"not run: ib_write_bw could not start on {client}: {run['msg']}"
+    return ""
+
+
 def perf_checks(perf: Mapping, exp: Mapping, host: str) -> list[dict]:
     """ib_write_bw per HCA against its pair's server, NCCL all_reduce_perf and dcgmi diag -r 1.
 
@@ -581,7 +595,11 @@ def perf_checks(perf: Mapping, exp: Mapping, host: str) -> list[dict]:
         runs = {str((r.get("item") or {}).get("name")): r for r in given if isinstance(r, Mapping)}
         for hca in hcas:
             name = f"ib_write_bw[{hca.get('name')} <-> {other}]"
-            run = runs.get(str(hca.get("name"))) or {}
+            run = runs.get(str(hca.get("name")))
+            never = _never_run(run, hca, host, other, key)
+            if never:
+                results.append(check_result(name, "fail", None, rdma_threshold(hca, exp), never, "MB/s"))
+                continue
             output, rc = _command_result(run)
             result = acceptance.evaluate_ib_write_bw(output, rdma_threshold(hca, exp), name)
             if rc not in (0, -1) and result["status"] == "pass":

@@ -411,6 +411,42 @@ def plain(value: Any) -> Any:
     return value
 
 
+def vaulted_texts(value: Any) -> set[str]:
+    """The decrypted texts of the vault-encrypted values in value (those that open: the others are a problem of
+    their own). Whatever its variable's name, such a text is a secret: check never shows it."""
+    if isinstance(value, _Vaulted):
+        try:
+            return {str(value)}
+        except AnsibleError:
+            return set()
+    if isinstance(value, Mapping):
+        return {text for item in value.values() for text in vaulted_texts(item)}
+    if isinstance(value, (list, tuple)):
+        return {text for item in value for text in vaulted_texts(item)}
+    return set()
+
+
+# What a problem expects is the rule's own sentence: a vaulted text is masked there when it is this long (a URL, a
+# token, a password), not a word such as "open" that the sentence uses for itself.
+MASKED_IN_EXPECTED = 8
+
+
+def masked(problem: Problem, secrets: set[str]) -> Problem:
+    """problem with every vaulted text in what it found shown as SECRET: as _show quotes it (whole or cut), and bare
+    where a rule wrote it into a sentence; and in what it expected when that text is long enough to be no word."""
+    found, expected = problem.found, problem.expected
+    for text in sorted((t for t in secrets if t.strip()), key=len, reverse=True):
+        bare = re.compile(rf"(?<!\w){re.escape(text)}(?!\w)")
+        for shown in (repr(text)[:77] + "...", repr(text)):
+            found = found.replace(shown, SECRET)
+        found = bare.sub(SECRET, found)
+        if len(text) >= MASKED_IN_EXPECTED:
+            expected = bare.sub(SECRET, expected.replace(repr(text), SECRET))
+    if (found, expected) == (problem.found, problem.expected):
+        return problem
+    return dataclasses.replace(problem, found=found, expected=expected)
+
+
 def _has_template(value: Any) -> bool:
     if isinstance(value, Mapping):
         return any(_has_template(v) for v in value.values())
@@ -486,11 +522,12 @@ def _translate(name: str, value: Any, spec: dict, error: Exception, secret: bool
     return name, _show(value, secret), text
 
 
-def validate_value(name: str, spec: dict, value: Any) -> list[tuple[str, str, str]]:
-    """Check one value against its argument_spec entry with Ansible's ArgumentSpecValidator."""
+def validate_value(name: str, spec: dict, value: Any, vaulted: bool = False) -> list[tuple[str, str, str]]:
+    """Check one value against its argument_spec entry with Ansible's ArgumentSpecValidator; a vaulted value (or one
+    holding one) is shown as a secret."""
     if value is None and not spec.get("required"):
         return []
-    secret = bool(spec.get("no_log")) or name in model.SECRET_VARIABLES
+    secret = vaulted or bool(spec.get("no_log")) or name in model.SECRET_VARIABLES
     kind = spec.get("type", "str")
     if kind in ("str", "path") and isinstance(value, (bool, list, Mapping)):
         # Ansible would turn these into strings ("True", "['a']"): in an inventory they are always a mistake.
@@ -507,6 +544,7 @@ class Checker:
         self.known = model.all_vars()
         self.prefixes = model.prefixes()
         self.profiles = model.profiles()
+        self.vaulted: set[str] = set()  # every vaulted text read: masked in every problem and warning
 
     def add(self, where: str, scope: str, variable: str, found: str, expected: str) -> None:
         self.problems.append(Problem(where, scope, variable, found, expected))
@@ -521,8 +559,10 @@ class Checker:
         except AnsibleError as exc:
             self.add(d.where, d.scope, name, "a vault-encrypted value that cannot be decrypted", _vault_hint(exc))
             return
+        vaulted = vaulted_texts(d.value)
+        self.vaulted |= vaulted
         if name == "nodeforge_profile":
-            self.check_profile_name(d.where, d.scope, value)
+            self.check_profile_name(d.where, d.scope, value, bool(vaulted))
             return
         spec = self.known.get(name)
         if spec is None:
@@ -534,21 +574,21 @@ class Checker:
             return
         if _has_template(value):
             return  # known only on the node
-        problems = validate_value(name, spec.spec, value)
+        problems = validate_value(name, spec.spec, value, bool(vaulted))
         if name in EXTRA_VARS_ONLY and d.where != EXTRA_VARS:
-            problems.append((name, f"{_show(value)} set in the inventory", EXTRA_VARS_ONLY[name]))
+            problems.append((name, f"{_show(value, bool(vaulted))} set in the inventory", EXTRA_VARS_ONLY[name]))
         for path, found, expected in problems:
             self.add(d.where, d.scope, path, found, expected)
         if not problems:
             # Values that land in files: full-match patterns, no control characters (a newline adds a line).
             for path, found, expected in model.value_problems(name, value):
-                self.add(d.where, d.scope, path, SECRET if spec.no_log else found, expected)
+                self.add(d.where, d.scope, path, SECRET if spec.no_log or vaulted else found, expected)
         if name in OVERRIDE_BASES and value is not None and not problems:
             for path, expected in model.override_problems(value, OVERRIDE_BASES[name](), name=name):
                 found = _at(value, path.split(".")[1:])
-                self.add(d.where, d.scope, path, f"{_show(found)} ({_kind(found)})", expected)
+                self.add(d.where, d.scope, path, f"{_show(found, bool(vaulted))} ({_kind(found)})", expected)
 
-    def check_profile_name(self, where: str, scope: str, value: Any) -> None:
+    def check_profile_name(self, where: str, scope: str, value: Any, vaulted: bool = False) -> None:
         if model.is_templated(value):
             return
         if not isinstance(value, str) or value not in self.profiles:
@@ -556,7 +596,7 @@ class Checker:
                 where,
                 scope,
                 "nodeforge_profile",
-                f"unknown profile {_show(value)}",
+                f"unknown profile {_show(value, vaulted)}",
                 f"one of the known profiles: {', '.join(self.profiles)}{_hint(value, list(self.profiles))}",
             )
 
@@ -600,6 +640,8 @@ class Checker:
         for d in self.view.definitions():
             self.check_definition(d)
         self.check_hosts()
+        self.problems = [masked(p, self.vaulted) for p in self.problems]
+        self.warnings = [masked(w, self.vaulted) for w in self.warnings]
         return self.problems
 
 
