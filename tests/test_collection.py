@@ -276,3 +276,19 @@ def test_wheel_ships_the_collection(tmp_path):
     for path in ("lab/base-image/build.sh", "lab/serve_toolkit_mirror.yml", "inventories/lab/hosts.yml"):
         assert "nodeforge/content/" + path in names, path
     assert not [n for n in names if "fixture" in n or "molecule" in n or "/tests/" in n or "standin" in n]
+
+
+def test_every_filter_plugin_documents_itself_in_yaml_that_parses():
+    """ansible-doc and ansible-lint read each filter file's DOCUMENTATION as YAML: one that does not parse (a ": "
+    inside a description) is an error there, and the filter has no documentation."""
+    import importlib
+
+    files = sorted((REPO / "collections/ansible_collections/nodeforge/gpu/plugins/filter").glob("*.py"))
+    documented = 0
+    for path in files:
+        module = importlib.import_module(f"ansible_collections.nodeforge.gpu.plugins.filter.{path.stem}")
+        if hasattr(module, "DOCUMENTATION"):
+            doc = yaml.safe_load(module.DOCUMENTATION)
+            assert doc["name"] in module.FilterModule().filters(), path.name
+            documented += 1
+    assert documented >= 8

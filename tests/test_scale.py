@@ -150,8 +150,120 @@ def test_mmlscluster_reads_the_information_block_and_the_node_table():
 
 
 def test_mmlscluster_of_a_node_outside_any_cluster_is_refused():
-    with pytest.raises(scale.ScaleError, match="mmlscluster printed no GPFS cluster name and id"):
+    with pytest.raises(scale.ScaleError, match="mmlscluster: printed no GPFS cluster name and id"):
         scale.parse_mmlscluster("mmlscluster: This node does not belong to a GPFS cluster.\n")
+
+
+# IBM Redbook REDP-5610 (seed 004) prints mmlscluster's table with node 1's designation wrapped ("quorum-
+# manager-perfmon") and node 2's row run into node 1's line; read line by line, node 2 vanished into node 1's
+# designation. The table as mmlscluster prints it (each node on its line) reads whole.
+MMLSCLUSTER_REDBOOK_PRINTED = """GPFS cluster name: SpectrumScale.ocp4.scale.ibm.com
+GPFS cluster id: 16217308676014575381
+GPFS UID domain: SpectrumScale.ocp4.scale.ibm.com
+Remote shell command: /usr/bin/ssh
+Remote file copy command: /usr/bin/scp
+Repository type: CCR
+
+Node Daemon node name IP address Admin node name Designation
+
+1 scale00.ocp4.scale.com 192.168.1.30 scale00.ocp4.scale.ibm.com quorum- manager-perfmon 2 dgx01.ocp4.scale.com \
+192.168.1.19 dgx01.ocp4.scale.ibm.com perfmon
+3 dgx02.ocp4.scale.com 192.168.1.20 dgx02.ocp4.scale.ibm.com perfmon
+"""
+
+
+def wrapped_mmlscluster(how: str) -> tuple[str, str]:
+    """MMLSCLUSTER_DOC with one node row wrapped as print wraps it, and the line a reader must stop at."""
+    lines = MMLSCLUSTER_DOC.splitlines()
+    one, two, three = (i for i, line in enumerate(lines) if line.strip()[:1].isdigit())
+    if how == "rows run together":  # the Redbook's: the line break between two rows lost
+        offending = lines[one] + " " + lines[two].strip()
+        lines[one : two + 1] = [offending]
+    elif how == "designation continued":  # quorum-manager broken after its hyphen
+        offending = lines[three].removesuffix("manager")
+        lines[three : three + 1] = [offending, " " * len(offending) + "manager"]
+    else:  # "admin name continued": the admin node name and designation on a line of their own
+        daemon_ip, admin = lines[one].split("    k164n04.kgn.ibm.com     quorum")[0], "k164n04.kgn.ibm.com     quorum"
+        offending = daemon_ip
+        lines[one : one + 1] = [daemon_ip, " " * 48 + admin]
+    return "\n".join(lines) + "\n", offending
+
+
+@pytest.mark.parametrize("how", ["rows run together", "designation continued", "admin name continued"])
+def test_mmlscluster_with_a_wrapped_row_is_refused_naming_the_line(how):
+    text, offending = wrapped_mmlscluster(how)
+    with pytest.raises(scale.ScaleParseError) as error:
+        scale.parse_mmlscluster(text)
+    assert error.value.line == offending
+    assert isinstance(error.value, scale.ScaleError) and isinstance(error.value, ValueError)
+    assert str(error.value).startswith("mmlscluster: a node table line of ")
+    assert "expected one node per line: node number, daemon node name, IP address" in str(error.value)
+
+
+def test_mmlscluster_as_the_redbook_printed_it_is_refused_and_reads_once_unwrapped():
+    with pytest.raises(scale.ScaleParseError, match="a node table line of 11 fields that is no node") as error:
+        scale.parse_mmlscluster(MMLSCLUSTER_REDBOOK_PRINTED)
+    assert error.value.line.startswith("1 scale00.ocp4.scale.com") and " 2 dgx01" in error.value.line
+    unwrapped = MMLSCLUSTER_REDBOOK_PRINTED.replace("quorum- manager-perfmon 2 ", "quorum-manager-perfmon\n2 ")
+    cluster = scale.parse_mmlscluster(unwrapped)
+    assert cluster["id"] == "16217308676014575381"
+    assert [(n["number"], n["daemon_name"], n["designation"]) for n in cluster["nodes"]] == [
+        (1, "scale00.ocp4.scale.com", "quorum-manager-perfmon"),
+        (2, "dgx01.ocp4.scale.com", "perfmon"),
+        (3, "dgx02.ocp4.scale.com", "perfmon"),
+    ]
+
+
+CUT_IN_A_ROW = MMLSCLUSTER_DOC[: MMLSCLUSTER_DOC.index("198.117.68.70") + 5]
+CUT_BEFORE_THE_TABLE = MMLSCLUSTER_DOC[: MMLSCLUSTER_DOC.index("Daemon node name")]
+NODE_TWICE = MMLSCLUSTER_DOC.replace("   2   k164n05", "   1   k164n05")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (CUT_IN_A_ROW, "   3   k164n06.kgn.ibm.com     198.1"),
+        (CUT_BEFORE_THE_TABLE, " Node  "),
+        (NODE_TWICE, "   1   k164n05.kgn.ibm.com     198.117.68.69    k164n05.kgn.ibm.com     quorum"),
+        (
+            MMLSCLUSTER_DOC.split(" Node ")[0] + " Node  Daemon node name  IP address\n",
+            " Node  Daemon node name  IP address",
+        ),
+    ],
+    ids=["cut-in-a-row", "cut-before-the-table", "node-twice", "table-without-a-node"],
+)
+def test_mmlscluster_cut_short_is_refused(text, line):
+    with pytest.raises(scale.ScaleParseError) as error:
+        scale.parse_mmlscluster(text)
+    assert error.value.line == line
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "message"),
+    [
+        (scale.parse_mmlsconfig, MMLSCONFIG_DOC.replace("pagepool 3500m", "pagepool"), "no 'attribute value'"),
+        (scale.parse_mmlsconfig, MMLSCONFIG_DOC.replace("[c5n97g]", "[c5n97"), "no 'attribute value'"),
+        (scale.parse_mmlsconfig, "mmlsconfig: warning\n" + MMLSCONFIG_DOC, "a line before the 'Configuration"),
+        (scale.parse_mmlsnodeclass, MMLSNODECLASS_DOC.replace("scale.com,\n", "scale.com\n"), "a continuation line"),
+        (scale.parse_mmlsnodeclass, "siteA  linuxNodes\n", "a line before the table's header"),
+        (scale.parse_mmgetstate, MMGETSTATE + "       3      dgx02            down\n", "not this node's one row"),
+        (scale.parse_mmgetstate, MMGETSTATE.replace("active", ""), "not this node's one row"),
+        (scale.parse_mmgetstate, MMGETSTATE.replace("GPFS state", "Quorum  GPFS state"), "printed no node state"),
+    ],
+    ids=[
+        "attribute-without-value",
+        "section-cut",
+        "text-before",
+        "continuation-without-comma",
+        "no-header",
+        "several-nodes",
+        "no-state",
+        "L-columns",
+    ],
+)
+def test_scale_tables_read_in_part_are_refused(parser, text, message):
+    with pytest.raises(scale.ScaleParseError, match=message):
+        parser(text)
 
 
 def test_mmlsconfig_sections_by_node_class():
@@ -430,7 +542,7 @@ def test_filters_turn_scale_errors_into_filter_errors():
     assert filters["scale_unapplied"](MMLSCONFIG_REDBOOK, {"dgx": {"pagepool": "96G"}}) == {
         "dgx": {"pagepool": {"from": "128G", "to": "96G"}}
     }
-    with pytest.raises(AnsibleFilterError, match="mmgetstate printed no node state"):
+    with pytest.raises(AnsibleFilterError, match="mmgetstate: printed no node state"):
         filters["scale_mmgetstate"]("mmgetstate: Command failed.")
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
 
 DOCUMENTATION = r"""
 name: acceptance_ib_write_bw
@@ -14,7 +15,8 @@ description:
     C(acceptance_nvidia_smi_remapped_rows), C(acceptance_ofed_info), C(acceptance_ibstat), C(acceptance_ibstatus),
     C(acceptance_hca_ports), C(acceptance_ib_write_bw), C(acceptance_nccl_all_reduce), C(acceptance_nccl_transport),
     C(acceptance_dcgmi_diag), C(acceptance_systemd_memlock) and C(acceptance_memory_peers_version) parse a command's
-    output into plain data; output they cannot read raises an error that names the offending line.
+    output into plain data; output they cannot read fails the task with an error that names the parser's tool, what
+    was wrong and the offending line.
   - C(acceptance_rdma_threshold_mbs) is the default ib_write_bw floor, 90% of a line rate in Gb/s, in MB/s.
   - The C(acceptance_evaluate_*) filters turn output and expectations into check results
     (check, status pass/fail/na, measured, expected, reason, unit); unreadable output is a failed check, not an error.
@@ -61,6 +63,10 @@ EVALUATORS = (
 )
 
 
+_fail = reraise_as_filter_error(acceptance.ParseError)
+
+
 class FilterModule:
     def filters(self):
-        return {f"acceptance_{name}": getattr(acceptance, name) for name in PARSERS + EVALUATORS}
+        parsers = {f"acceptance_{name}": _fail(getattr(acceptance, name)) for name in PARSERS}
+        return {**parsers, **{f"acceptance_{name}": getattr(acceptance, name) for name in EVALUATORS}}

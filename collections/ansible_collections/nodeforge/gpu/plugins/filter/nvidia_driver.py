@@ -11,7 +11,7 @@ name: driver_apt_todo
 short_description: nodeforge.gpu nvidia_driver's apt decisions (driver_apt_todo)
 description:
   - C(driver_apt_todo) reads C(dpkg-query --showformat='${Package} ${db:Status-Abbrev}${Version}\\n') of the
-    driver's packages into what apt and dpkg still have to do, C({install, hold}): the versioned packages at the
+    driver's packages into what apt and dpkg still have to do, C({install, hold}) - the versioned packages at the
     chosen version, the unversioned ones at any version, and every one of the hold packages held (a package apt
     installs is held again). Both empty on a converged node.
 author: nodeforge

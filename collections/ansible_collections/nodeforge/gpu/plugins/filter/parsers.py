@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
 
 DOCUMENTATION = r"""
 name: madison
@@ -22,6 +23,8 @@ description:
   - C(openpgp_fingerprints) computes the v4 fingerprints (primary, subkeys) of an armored public key block.
   - C(module_table) maps kernel module names to their modprobe and kernel (underscore) names.
   - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
+  - Input a filter cannot read (damaged or cut-short output, a value of another type) fails the task with an error
+    that names the parser, the offending line and what it expected.
 author: nodeforge
 options:
   _input:
@@ -31,18 +34,21 @@ options:
 """
 
 
+_fail = reraise_as_filter_error(parsers.ParseError)
+
+
 class FilterModule:
     def filters(self):
         return {
-            "madison": parsers.madison,
-            "dpkg_query_status": parsers.dpkg_query_status,
-            "dpkg_query_installed": parsers.dpkg_query_installed,
-            "dpkg_query_todo": parsers.dpkg_query_todo,
-            "dkms_status": parsers.dkms_status,
-            "dkms_conf": parsers.dkms_conf,
-            "openpgp_fingerprints": parsers.openpgp_fingerprints,
-            "keyring_fingerprints": parsers.keyring_fingerprints,
-            "module_table": parsers.module_table,
-            "choose_version": parsers.choose_version,
-            "deb_version_compare": parsers.deb_version_compare,
+            "madison": _fail(parsers.madison),
+            "dpkg_query_status": _fail(parsers.dpkg_query_status),
+            "dpkg_query_installed": _fail(parsers.dpkg_query_installed),
+            "dpkg_query_todo": _fail(parsers.dpkg_query_todo),
+            "dkms_status": _fail(parsers.dkms_status),
+            "dkms_conf": _fail(parsers.dkms_conf),
+            "openpgp_fingerprints": _fail(parsers.openpgp_fingerprints),
+            "keyring_fingerprints": _fail(parsers.keyring_fingerprints),
+            "module_table": _fail(parsers.module_table),
+            "choose_version": _fail(parsers.choose_version),
+            "deb_version_compare": _fail(parsers.deb_version_compare),
         }

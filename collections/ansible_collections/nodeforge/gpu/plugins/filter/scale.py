@@ -25,6 +25,8 @@ description:
   - C(scale_restart_record) computes the GPFS daemon restart a node owes from the earlier record (the input), the
     attributes changed without -i, the running daemon's log (the target of /var/adm/ras/mmfs.log.latest) and whether it
     is active; an empty mapping when nothing is owed.
+  - Output a parser cannot read whole (a table row wrapped or cut short, another program's message, a value of another
+    type) fails the task with an error that names the command, the offending line and what was expected.
 author: nodeforge
 options:
   _input:
@@ -35,6 +37,7 @@ options:
 """
 
 
+# ScaleError covers the parsers' ScaleParseError (a ParseError too) and the refused settings of scale_owned_calls.
 _fail = reraise_as_filter_error(scale.ScaleError)
 
 

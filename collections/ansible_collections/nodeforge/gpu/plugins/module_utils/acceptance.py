@@ -11,7 +11,8 @@ exception comes out of a parser, whatever the input text.
 
 Evaluators return check results: {check, status, measured, expected, reason, unit}, status one of 'pass', 'fail' and
 'na' (not applicable, with the reason). They take a parser's result or the raw output; raw output that does not
-parse is a failed check whose reason ends with the raw offending line, never an exception.
+parse, and anything that is neither (a number, a mapping or list of another shape), is a failed check whose reason
+ends with the raw offending line, never an exception.
 
 Units: bandwidth thresholds and measurements of RDMA tests are in MB/s of 10^6 bytes per second (see
 rdma_threshold_mbs; perftest's own "MB/sec" is 2^20 bytes per second and is converted); NCCL bandwidths are nccl-tests'
@@ -22,6 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+
+# One error for every parser of the collection: `tool` the output's source, `line` the raw offending line as the tool
+# printed it ("" when the output was empty), `message` what was wrong with it.
+from ansible_collections.nodeforge.gpu.plugins.module_utils.parsers import ParseError, shown
 
 # perftest divides by 0x100000 for its "MB/sec" and by 125000000 for "Gb/sec" (perftest_resources.c, format_factor).
 PERFTEST_MB = 1048576
@@ -37,20 +42,6 @@ _INTEGER = re.compile(r"\d+")
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.\-_+~]*")
 
 
-class ParseError(ValueError):
-    """A tool's output that its parser cannot read.
-
-    `line` is the raw offending line as the tool printed it ("" when the output was empty), `tool` the output's
-    source and `message` what was wrong with it.
-    """
-
-    def __init__(self, tool: str, message: str, line: str = "") -> None:
-        self.tool = tool
-        self.message = message
-        self.line = line
-        super().__init__(f"{tool}: {message}: {line!r}")
-
-
 def _text(tool: str, output: object) -> str:
     """A command's output given as text, stdout_lines or bytes; None is no output."""
     if output is None:
@@ -61,7 +52,7 @@ def _text(tool: str, output: object) -> str:
         return output.decode("utf-8", "replace")
     if isinstance(output, (list, tuple)) and all(isinstance(item, str) for item in output):
         return "\n".join(output)
-    raise ParseError(tool, f"expected the command's output as text, got {type(output).__name__}", repr(output)[:200])
+    raise ParseError(tool, f"expected the command's output as text, got {type(output).__name__}", shown(output))
 
 
 def _nonblank(text: str) -> list[str]:
@@ -848,8 +839,72 @@ def _raw(data: object) -> bool:
     )
 
 
+_SCALAR = (str, int, float, bool, type(None))
+_NUMBER_TYPES = (int, float)
+
+
+def _has(data: object, **kinds: type | tuple[type, ...]) -> bool:
+    """data is a mapping with these keys, each value of its kind."""
+    return isinstance(data, Mapping) and all(key in data and isinstance(data[key], kind) for key, kind in kinds.items())
+
+
+def _all(data: object, valid: Callable[[object], bool], empty: bool = True) -> bool:
+    """data is a list (or tuple) of items that are valid, and not empty unless `empty`."""
+    return isinstance(data, (list, tuple)) and (empty or bool(data)) and all(valid(item) for item in data)
+
+
+def _gpu_row(row: object) -> bool:
+    return (
+        isinstance(row, Mapping)
+        and all(isinstance(value, _SCALAR) for value in row.values())
+        and isinstance(row.get("name", ""), str)
+    )
+
+
+# What each parser returns, as much of it as the evaluators read: a result handed to an evaluator in place of the raw
+# output (the playbook may parse once and evaluate twice) is used only when it has this shape.
+_RESULT_SHAPES: dict[Callable, Callable[[object], bool]] = {
+    nvidia_driver_version: lambda d: _has(d, version=str, flavor_hint=str),
+    nvidia_smi_gpus: lambda d: _all(d, _gpu_row),
+    nvidia_smi_remapped_rows: lambda d: _all(d, _gpu_row),
+    ofed_info: lambda d: _has(d, version=str, raw=str),
+    hca_ports: lambda d: _all(
+        d,
+        lambda p: _has(
+            p, ca=str, port=int, state=str, phys_state=str, rate_gbps=(*_NUMBER_TYPES, type(None)), link_layer=str
+        ),
+    ),
+    ib_write_bw: lambda d: _has(d, bw_avg_mbs=_NUMBER_TYPES, bytes=_SCALAR, bw_avg=_SCALAR, unit=_SCALAR),
+    nccl_all_reduce: lambda d: (
+        _has(d, rows=(list, tuple), avg_busbw=_SCALAR, out_of_bounds=_SCALAR, complete=_SCALAR)
+        and _all(
+            d["rows"],
+            lambda r: _has(r, size=_NUMBER_TYPES, oop_busbw=_NUMBER_TYPES, oop_time_us=_NUMBER_TYPES),
+            empty=False,
+        )
+    ),
+    nccl_transport: lambda d: (
+        _has(d, net=(str, type(None)), devices=(list, tuple), gdrdma=_SCALAR)
+        and _all(d["devices"], lambda device: isinstance(device, str))
+    ),
+    dcgmi_diag: lambda d: (
+        _has(d, tests=Mapping, messages=(list, tuple))
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in d["tests"].items())
+        and _all(d["messages"], lambda m: _has(m, test=(str, type(None)), kind=str, text=str))
+    ),
+}
+
+
 def _read(data: object, parser: Callable) -> object:
-    return parser(data) if _raw(data) else data
+    """The parser's result: of raw output (text, lines, bytes, None), or data that is such a result already. Anything
+    else (a number, a mapping or list of another shape) is a ParseError, which the evaluators report as a failed
+    check like any output they cannot read."""
+    if _raw(data):
+        return parser(data)
+    if _RESULT_SHAPES[parser](data):
+        return data
+    what = f"neither the command's output (text, lines or bytes) nor a {parser.__name__} result"
+    raise ParseError(parser.__name__, f"{what}, a {type(data).__name__}", shown(data))
 
 
 def _version_matches(measured: str, expected: str) -> bool:
@@ -1156,7 +1211,9 @@ def evaluate_memlock(output: object, service: str | None = None) -> dict:
     fails in pods and NCCL falls back to TCP."""
     check = f"memlock[{service}]" if service else "memlock"
     try:
-        value = output if isinstance(output, int) else systemd_memlock(output)
+        # A limit in bytes as systemd_memlock returns it (systemd's are 64-bit); anything else is read as output.
+        limit = isinstance(output, int) and not isinstance(output, bool) and 0 <= output < 2**64
+        value = output if limit else systemd_memlock(output)
     except ParseError as error:
         return parse_failure(check, error, "infinity")
     if value == "infinity":

@@ -5,7 +5,9 @@
 The role scale_client, `nodeforge check` (rules.py) and the filters share these functions:
 
 - parsers of the human output of mmlscluster, mmlsconfig, mmlsnodeclass and mmgetstate (the formats IBM documents
-  and prints; the -Y forms are not used so that what the role reads is what an operator reads);
+  and prints; the -Y forms are not used so that what the role reads is what an operator reads): output they cannot
+  read whole (a table row wrapped or run into the next, a table cut short, another program's message, a value of
+  another type) is a ScaleParseError naming the line, never a table read in part;
 - ATTRIBUTES: the mmchconfig attributes the role manages, the kind of value each takes and whether mmchconfig's -i
   (immediate and permanent) is valid for it, after IBM's mmchconfig documentation; an attribute without -i takes
   effect when the GPFS daemon restarts;
@@ -16,12 +18,14 @@ The role scale_client, `nodeforge check` (rules.py) and the filters share these 
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils.model import VALUE_PATTERNS
+from ansible_collections.nodeforge.gpu.plugins.module_utils.parsers import ParseError, command_output
 
 COMMON = "common"  # mmlsconfig's section for the whole cluster (mmchconfig without -N)
 BIN_DIR = "/usr/lpp/mmfs/bin"
@@ -29,6 +33,12 @@ BIN_DIR = "/usr/lpp/mmfs/bin"
 
 class ScaleError(ValueError):
     """Output that cannot be read, or settings that cannot be applied; the message is meant for the operator."""
+
+
+class ScaleParseError(ScaleError, ParseError):
+    """Output of a Scale admin command that its parser cannot read: a ScaleError (what plan() and the filters report)
+    and a ParseError (every parser's error), with the command as `tool`, the offending `line` and what was
+    `expected`."""
 
 
 @dataclass(frozen=True)
@@ -80,110 +90,256 @@ EXPECTED = {
 # ---- reading the commands' output ------------------------------------------------------------------------------
 
 
-def parse_mmlscluster(text: str) -> dict[str, Any]:
-    """mmlscluster's "GPFS cluster information" block and node table."""
-    fields = {
-        "GPFS cluster name": "name",
-        "GPFS cluster id": "id",
-        "GPFS UID domain": "uid_domain",
-        "Remote shell command": "remote_shell",
-        "Remote file copy command": "remote_copy",
-        "Repository type": "repository",
+_CLUSTER_FIELDS = {
+    "GPFS cluster name": "name",
+    "GPFS cluster id": "id",
+    "GPFS UID domain": "uid_domain",
+    "Remote shell command": "remote_shell",
+    "Remote file copy command": "remote_copy",
+    "Repository type": "repository",
+}
+_COUNT = re.compile(r"[0-9]{1,9}")
+_CLUSTER_ID = re.compile(r"[0-9]{1,20}")
+_NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_DESIGNATION = re.compile(r"[A-Za-z_]+(?:-[A-Za-z_]+)*")  # quorum, quorum-manager-perfmon; never "quorum-"
+_NODE_ROW = (
+    "one node per line: node number, daemon node name, IP address, admin node name and a designation such as "
+    "quorum-manager (none for a client)"
+)
+
+
+def _node_row(line: str, numbers: set[int]) -> dict[str, Any]:
+    parts = line.split()
+    whole = (
+        len(parts) in (4, 5)
+        and _COUNT.fullmatch(parts[0])
+        and _NODE_NAME.fullmatch(parts[1])
+        and _is_ip(parts[2])
+        and _NODE_NAME.fullmatch(parts[3])
+        and (len(parts) == 4 or _DESIGNATION.fullmatch(parts[4]))
+    )
+    if not whole:
+        # A row wrapped in print, run into the next one or cut short: reading part of it would lose a node, or
+        # give one another's name.
+        raise ScaleParseError(
+            "mmlscluster", f"a node table line of {len(parts)} fields that is no node", line, _NODE_ROW
+        )
+    number = int(parts[0])
+    if number in numbers:
+        raise ScaleParseError("mmlscluster", f"node {number} listed twice", line, _NODE_ROW)
+    numbers.add(number)
+    return {
+        "number": number,
+        "daemon_name": parts[1],
+        "ip": parts[2],
+        "admin_name": parts[3],
+        "designation": parts[4] if len(parts) == 5 else "",
     }
-    result: dict[str, Any] = {key: "" for key in fields.values()}
-    nodes = []
-    in_table = False
-    for line in text.splitlines():
-        label, sep, value = line.strip().partition(":")
-        if sep and label in fields:
-            result[fields[label]] = value.strip()
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _output(tool: str, text: object) -> str:
+    # The command's output as text (or its lines, or bytes); a value of another type is a ScaleParseError, which
+    # plan()'s callers and the filters catch as a ScaleError.
+    try:
+        return command_output(tool, text)
+    except ParseError as error:
+        raise ScaleParseError(error.tool, error.message, error.line, error.expected) from error
+
+
+def _first(lines: list[str]) -> str:
+    return next((line for line in lines if line.strip()), "")
+
+
+def _last(lines: list[str]) -> str:
+    return _first(lines[::-1])
+
+
+def parse_mmlscluster(text: object) -> dict[str, Any]:
+    """mmlscluster's "GPFS cluster information" block and node table: name, id, uid_domain, remote_shell,
+    remote_copy, repository and nodes [{number, daemon_name, ip, admin_name, designation}].
+
+    Every line of the node table must be one whole node: a row wrapped in print or run into the next one (as IBM
+    Redbook REDP-5610 prints the table), a continuation line, a table cut inside a row or a table without a node is
+    a ScaleParseError naming the line, as is output without the cluster's name and id or without the node table."""
+    tool = "mmlscluster"
+    lines = _output(tool, text).splitlines()
+    result: dict[str, Any] = {key: "" for key in _CLUSTER_FIELDS.values()}
+    nodes: list[dict[str, Any]] = []
+    numbers: set[int] = set()
+    header = None
+    for line in lines:
+        stripped = line.strip()
+        if not stripped:
             continue
-        if line.strip().startswith("Node") and "Daemon node name" in line:
-            in_table = True
+        if header is None:
+            label, sep, value = stripped.partition(":")
+            if sep and label in _CLUSTER_FIELDS:
+                result[_CLUSTER_FIELDS[label]] = value.strip()
+            elif stripped.startswith("Node") and "Daemon node name" in stripped:
+                header = line
             continue
-        if in_table and line.strip() and not set(line.strip()) <= {"-"}:
-            parts = line.split()
-            if len(parts) >= 4 and parts[0].isdigit():
-                nodes.append(
-                    {
-                        "number": int(parts[0]),
-                        "daemon_name": parts[1],
-                        "ip": parts[2],
-                        "admin_name": parts[3],
-                        "designation": " ".join(parts[4:]),
-                    }
-                )
+        if not set(stripped) <= {"-"}:
+            nodes.append(_node_row(line, numbers))
+    block = "the 'GPFS cluster information' block ('GPFS cluster name:', 'GPFS cluster id:', ...) and the node table"
     if not result["name"] or not result["id"]:
-        raise ScaleError(f"mmlscluster printed no GPFS cluster name and id: {_excerpt(text)}")
+        raise ScaleParseError(tool, "printed no GPFS cluster name and id", _first(lines), block)
+    if len(result["name"].split()) != 1 or not _CLUSTER_ID.fullmatch(result["id"]):
+        found = f"GPFS cluster name: {result['name']} / GPFS cluster id: {result['id']}"
+        raise ScaleParseError(tool, "an unreadable cluster name or id", found, "one name, and an id of digits")
+    if header is None:
+        raise ScaleParseError(tool, "no node table", _last(lines), block)
+    if not nodes:
+        raise ScaleParseError(tool, "a node table without a node", header, _NODE_ROW)
     result["nodes"] = nodes
     return result
 
 
-def parse_mmlsconfig(text: str) -> dict[str, Any]:
+_SECTION = re.compile(r"\[([A-Za-z0-9_.:-]+(?:,[A-Za-z0-9_.:-]+)*)\]")
+_CONFIG_LINE = re.compile(r"([A-Za-z][A-Za-z0-9_]*) +(\S.*)")
+_CONFIG_EXPECTED = (
+    "mmlsconfig's listing: 'Configuration data for cluster NAME:', then 'attribute value' lines and [node class] "
+    "headers, then 'File systems in cluster NAME:' and one device per line"
+)
+
+
+def parse_mmlsconfig(text: object) -> dict[str, Any]:
     """mmlsconfig's configuration data: {cluster, sections: {section: {attribute: value}}, file_systems}.
 
     Lines before the first [..] header belong to the whole cluster, as do those under [common]; a header
-    [dgx] or [dgx,storage] starts a node class section (its key: the names joined by commas, as printed)."""
+    [dgx] or [dgx,storage] starts a node class section (its key: the names joined by commas, as printed). A line
+    that is none of these (an attribute without its value, a section header cut short, text before the listing's
+    header) is a ScaleParseError naming it."""
+    tool = "mmlsconfig"
+    lines = _output(tool, text).splitlines()
     cluster = ""
     sections: dict[str, dict[str, str]] = {COMMON: {}}
     file_systems: list[str] = []
     section = COMMON
     part = "head"
-    for raw in text.splitlines():
+    before = ""  # the first line before the header
+    for raw in lines:
         line = raw.strip()
-        match = re.fullmatch(r"Configuration data for cluster (.+):", line)
-        if match:
+        match = re.fullmatch(r"Configuration data for cluster (\S+):", line)
+        if match and part == "head":
+            if before:
+                raise ScaleParseError(
+                    tool, "a line before the 'Configuration data for cluster' header", before, _CONFIG_EXPECTED
+                )
             cluster, part = match[1], "config"
             continue
-        match = re.fullmatch(r"File systems in cluster (.+):", line)
-        if match:
+        if re.fullmatch(r"File systems in cluster \S+:", line) and part == "config":
             part = "file_systems"
             continue
         if not line or set(line) <= {"-"}:
             continue
+        if part == "head":
+            before = before or raw
+            continue
         if part == "file_systems":
-            file_systems.append(line)
-        elif part == "config":
-            header = re.fullmatch(r"\[([^\]]+)\]", line)
-            if header:
-                section = COMMON if header[1] == COMMON else header[1]
-                sections.setdefault(section, {})
-                continue
-            name, _, value = line.partition(" ")
-            sections[section][name] = value.strip()
+            if len(line.split()) != 1:
+                raise ScaleParseError(
+                    tool, "a file system line that is no device", raw, "one device per line, e.g. /dev/fs0"
+                )
+            if line != "(none)":
+                file_systems.append(line)
+            continue
+        header = _SECTION.fullmatch(line)
+        if header:
+            section = header[1]
+            sections.setdefault(section, {})
+            continue
+        setting = _CONFIG_LINE.fullmatch(line)
+        if not setting:
+            raise ScaleParseError(tool, "a line that is no 'attribute value' and no [section]", raw, _CONFIG_EXPECTED)
+        sections[section][setting[1]] = setting[2].strip()
     if not cluster:
-        raise ScaleError(f"mmlsconfig printed no 'Configuration data for cluster' header: {_excerpt(text)}")
+        raise ScaleParseError(tool, "no 'Configuration data for cluster' header", _first(lines), _CONFIG_EXPECTED)
     return {"cluster": cluster, "sections": sections, "file_systems": file_systems}
 
 
-def parse_mmlsnodeclass(text: str) -> dict[str, list[str]]:
-    """mmlsnodeclass's table: node class -> members (node names or node classes)."""
+_MEMBER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_NODECLASS_EXPECTED = (
+    "mmlsnodeclass's table: 'Node Class Name  Members', then one node class per line with its comma-separated "
+    "members, a long list continued on the next, indented line after a trailing comma"
+)
+
+
+def parse_mmlsnodeclass(text: object) -> dict[str, list[str]]:
+    """mmlsnodeclass's table: node class -> members (node names or node classes). No output is no node class; a
+    line that is not a node class and its members (or their continuation after a trailing comma) is a
+    ScaleParseError naming it."""
+    tool = "mmlsnodeclass"
     classes: dict[str, list[str]] = {}
     last = None
-    for line in text.splitlines():
-        if not line.strip() or line.startswith("Node Class Name") or set(line.strip()) <= {"-", " "}:
+    open_list = False  # the last line ended with a comma: its list continues on the next line
+    seen_header = False
+    for line in _output(tool, text).splitlines():
+        stripped = line.strip()
+        if not stripped or set(stripped) <= {"-", " "}:
             continue
-        if line[:1].isspace() and last is not None:  # a long member list continues on the next line
-            classes[last] += [m for m in line.strip().split(",") if m]
+        if not seen_header:
+            if not stripped.startswith("Node Class Name"):
+                raise ScaleParseError(tool, "a line before the table's header", line, _NODECLASS_EXPECTED)
+            seen_header = True
             continue
-        name, _, members = line.strip().partition(" ")
-        last = name
-        classes[name] = [m for m in members.strip().split(",") if m]
+        if line[:1].isspace():  # a long member list continues on the next line
+            if last is None or not open_list:
+                raise ScaleParseError(
+                    tool, "a continuation line after a complete member list", line, _NODECLASS_EXPECTED
+                )
+            members = stripped
+        else:
+            last, _, members = stripped.partition(" ")
+            if not NODE_CLASS.fullmatch(last) or last in classes:
+                raise ScaleParseError(tool, "not a node class name, or one listed twice", line, _NODECLASS_EXPECTED)
+            classes[last] = []
+            members = members.strip()
+        names = [m for m in members.split(",") if m]
+        if not all(_MEMBER.fullmatch(m) for m in names):
+            raise ScaleParseError(tool, "members that are no node or node class names", line, _NODECLASS_EXPECTED)
+        classes[last] += names
+        open_list = members.endswith(",")
     return classes
 
 
-def parse_mmgetstate(text: str) -> dict[str, Any]:
-    """mmgetstate (the local node): {number, node, state}."""
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0].isdigit():
-            return {"number": int(parts[0]), "node": parts[1], "state": parts[2]}
-    raise ScaleError(f"mmgetstate printed no node state: {_excerpt(text)}")
+_STATE = re.compile(r"[a-z]+")  # active, arbitrating, down, unknown
+_MMGETSTATE_EXPECTED = (
+    "mmgetstate's table for this node: 'Node number  Node name  GPFS state', then one row: number, name, state"
+)
 
 
-def _excerpt(text: str) -> str:
-    text = " ".join(str(text).split())
-    return repr(text if len(text) <= 200 else text[:197] + "...")
+def parse_mmgetstate(text: object) -> dict[str, Any]:
+    """mmgetstate (the local node): {number, node, state}. Anything but its header and one node's row (-L's
+    columns, -a's several nodes, a row cut short, an error message) is a ScaleParseError."""
+    tool = "mmgetstate"
+    lines = _output(tool, text).splitlines()
+    header = None
+    row = None
+    for line in lines:
+        stripped = line.strip()
+        if not stripped or set(stripped) <= {"-"}:
+            continue
+        if header is None:
+            if stripped.split() != ["Node", "number", "Node", "name", "GPFS", "state"]:
+                raise ScaleParseError(tool, "printed no node state", line, _MMGETSTATE_EXPECTED)
+            header = line
+            continue
+        parts = stripped.split()
+        whole = len(parts) == 3 and _COUNT.fullmatch(parts[0]) and _NODE_NAME.fullmatch(parts[1])
+        if row is not None or not whole or not _STATE.fullmatch(parts[2]):
+            raise ScaleParseError(tool, "not this node's one row", line, _MMGETSTATE_EXPECTED)
+        row = {"number": int(parts[0]), "node": parts[1], "state": parts[2]}
+    if row is None:
+        raise ScaleParseError(tool, "printed no node state", header or _first(lines), _MMGETSTATE_EXPECTED)
+    return row
 
 
 # ---- values ----------------------------------------------------------------------------------------------------
