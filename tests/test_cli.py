@@ -60,15 +60,17 @@ def test_extravars_forms(tmp_path):
     assert extravars == {"k": "v", "x": "1", "a": 1, "b": ["x"], "c": True}
 
 
-@pytest.mark.parametrize("bad", ["novalue", "@/nonexistent/file.yml", "{not json", "@BINARY"])
-def test_bad_extravars_are_named_errors_in_json_too(runner, tmp_path, bad):
-    """Exit 2 and the -e named, never a traceback (a binary @file raised UnicodeDecodeError); --json says so on
-    stdout."""
+@pytest.mark.parametrize(
+    ("bad", "code"), [("novalue", 4), ("@/nonexistent/file.yml", 5), ("{not json", 4), ("@BINARY", 4)]
+)
+def test_bad_extravars_are_named_errors_in_json_too(runner, tmp_path, bad, code):
+    """The -e named, never a traceback (a binary @file raised UnicodeDecodeError), exit codes as ansible-playbook's:
+    4 for text that cannot be parsed, 5 for an option naming nothing usable; --json says so on stdout."""
     binary = tmp_path / "blob.bin"
     binary.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\n")
     value = bad.replace("BINARY", str(binary))
     result = runner.invoke(main, ["check", "--json", "-i", SAMPLE, "-e", value])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == code, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     payload = json.loads(result.stdout)
     assert payload["status"] == "error" and f"-e {value!r}" in payload["error"]

@@ -71,7 +71,7 @@ def test_bad_input_is_named_by_its_option():
     assert result.exit_code == 1
     assert "--size: '100 GB' is not a positive Kubernetes quantity" in result.output
     result = scale_pv(*REDBOOK, "--label", "team=ml team")
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     assert "Invalid value for --label: 'team=ml team' is not a label key=value" in result.output
     result = scale_pv(*REDBOOK[:6])
     assert result.exit_code == 1

@@ -41,7 +41,7 @@ def nested_state(tmp_path, monkeypatch):
 
 
 def _refused(result, given: str) -> None:
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert isinstance(result.exception, SystemExit)  # a usage error, not a traceback
     assert "Invalid value for '--name'" in result.output
     assert f"{given!r} {NOT_A_NAME}" in result.output

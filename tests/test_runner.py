@@ -112,7 +112,8 @@ def test_artifacts_rotate(local_inventory, tmp_path):
 
 
 def test_ctrl_c_on_the_cli_cancels_and_exits_non_zero(local_inventory):
-    """A real SIGINT to a real CLI process: the run is canceled through the cancel_callback, exit code 130."""
+    """A real SIGINT to a real CLI process: the run is canceled through the cancel_callback, exit code 99 (as
+    ansible-playbook's)."""
     import signal
     import subprocess
     import sys
@@ -395,7 +396,7 @@ def test_a_missing_vault_password_file_is_refused_by_name_before_anything_runs(t
     monkeypatch.chdir(tmp_path)
     inventory = _vault_inventory(tmp_path)
     result = CliRunner().invoke(cli.main, [verb, "-i", str(inventory), "--vault-password-file", "secrets/vault-pass"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert isinstance(result.exception, SystemExit)  # a usage error, not a traceback
     assert "Invalid value for '--vault-password-file' / '--vault-pass-file': " in result.output
     assert f"secrets/vault-pass does not exist (looked for {tmp_path / 'secrets' / 'vault-pass'})" in result.output

@@ -195,12 +195,12 @@ def test_render_refuses_a_world_writable_output_directory(tmp_path, monkeypatch)
     monkeypatch.setattr(cli, "run_playbook", lambda *a, **k: started.append(a))
     out = directory(tmp_path / "gitops", 0o777)
     result = render_cli(out, "--include-secrets")
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert f"refusing to write into {out}: others can write it (mode 0777) and it is not sticky" in result.output
     assert "chmod go-w" in result.output and "Traceback" not in result.output
     assert started == [] and list(out.iterdir()) == []
     json_run = render_cli(out, "--json")
-    assert json_run.exit_code == 2
+    assert json_run.exit_code == 5
     assert "refusing to write into" in json.loads(json_run.stdout)["error"]
 
 
@@ -210,20 +210,20 @@ def test_render_refuses_a_directory_under_one_others_can_write_or_of_another_use
     shared = directory(tmp_path / "shared", 0o777)
     out = directory(shared / "rendered", 0o755)  # ours, but nobody can rename it away and put theirs in its place
     result = render_cli(out)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert f"refusing to write into {out}: {shared}, above it: others can write it (mode 0777)" in result.output
     new = shared / "new"  # would be created there
     result = render_cli(new)
-    assert result.exit_code == 2 and f"{shared}, above it" in result.output and not new.exists()
+    assert result.exit_code == 5 and f"{shared}, above it" in result.output and not new.exists()
     theirs = directory(tmp_path / "theirs", 0o755)
     os.chown(theirs, NOBODY, NOBODY)
     result = render_cli(theirs)
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     assert f"refusing to write into {theirs}: it belongs to nobody (uid {NOBODY}), not to you" in result.output
     linked = tmp_path / "linked"
     planted(linked, directory(tmp_path / "real", 0o755), uid=NOBODY)
     result = render_cli(linked)
-    assert result.exit_code == 2
+    assert result.exit_code == 5
     assert f"refusing to write into {linked}: it is a symlink that nobody (uid {NOBODY}) placed" in result.output
     assert started == []
 
@@ -248,7 +248,7 @@ def test_output_file_replaces_a_symlink_of_ours_and_refuses_one_of_another_user(
     written.unlink()
     planted(written, target, uid=NOBODY)
     result = CliRunner().invoke(main, [*OUTPUT_COMMANDS[command], "-o", str(written)])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert f"refusing to write {written}: a symlink belongs to nobody (uid {NOBODY})" in result.output
     assert written.is_symlink() and "Traceback" not in result.output
     assert_untouched(target, content, mode)
@@ -258,7 +258,7 @@ def test_output_file_replaces_a_symlink_of_ours_and_refuses_one_of_another_user(
 def test_output_file_in_a_world_writable_directory_is_refused(tmp_path, command):
     shared = directory(tmp_path / "shared", 0o777)
     result = CliRunner().invoke(main, [*OUTPUT_COMMANDS[command], "-o", str(shared / "result.yaml")])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert f"refusing to write into {shared}: others can write it (mode 0777)" in result.output
     assert list(shared.iterdir()) == []
     sticky = directory(tmp_path / "sticky", 0o1777)
@@ -275,7 +275,7 @@ def test_validate_refuses_its_report_files_before_the_run(tmp_path, monkeypatch)
     shared = directory(tmp_path / "shared", 0o777)
     for option in ("--json", "--junit", "--html"):
         result = CliRunner().invoke(main, ["validate", "-i", str(inventory), option, str(shared / "report")])
-        assert result.exit_code == 2, result.output
+        assert result.exit_code == 5, result.output
         assert f"Invalid value for '{option}': refusing to write into {shared}" in result.output
     assert started == [] and list(shared.iterdir()) == []
 
@@ -283,7 +283,7 @@ def test_validate_refuses_its_report_files_before_the_run(tmp_path, monkeypatch)
 def test_init_refuses_a_world_writable_directory(tmp_path):
     shared = directory(tmp_path / "shared", 0o777)
     result = CliRunner().invoke(main, ["init", str(shared / "site"), "-p", "lab"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 5, result.output
     assert f"refusing to write into {shared / 'site'}: {shared}, above it: others can write it" in result.output
     assert list(shared.iterdir()) == []
 

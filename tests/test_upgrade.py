@@ -304,7 +304,7 @@ def test_roles_per_component_follow_the_node_stack_order():
 )
 def test_cli_refuses_bad_flag_combinations(argv, message):
     run = CliRunner().invoke(main, argv)
-    assert run.exit_code == 2 and message in run.output, run.output
+    assert run.exit_code == 5 and message in run.output, run.output
 
 
 def test_the_first_ctrl_c_asks_for_a_stop_after_the_step_and_the_second_cancels(tmp_path):

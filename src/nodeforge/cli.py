@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,17 @@ import click
 from rich.console import Console
 
 from nodeforge import __version__, ansible_settings, lab, lab_vm, report, validate_report
-from nodeforge.runner import EXIT_ERROR, RunOptions, RunResult, run_playbook
+from nodeforge.runner import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_OPTIONS,
+    EXIT_PARSE,
+    EXIT_UNEXPECTED,
+    RunOptions,
+    RunResult,
+    run_playbook,
+)
 
 if TYPE_CHECKING:
     from nodeforge import checks
@@ -137,17 +148,18 @@ class Inputs:
         try:
             view = checks.load(list(self.inventory), self.extra_vars, self.vault_ids, self.vault_password_files)
         except checks.CheckInputError as exc:
-            raise click.BadParameter(str(exc)) from exc
+            raise (Unparsable(str(exc)) if exc.parse else click.BadParameter(str(exc))) from exc
         problems, self.warnings = inventory_check.check_with_warnings(view)
         self.view = view
         return problems, checks.plain(view.extra_vars)
 
     def read_or_exit(self, json_mode: bool) -> tuple[list[checks.Problem], dict[str, Any]]:
         """read(), with bad input (an -e that cannot be read, a vault that does not open) as a named error: with
-        --json, {"status": "error", "error": ...} on stdout too. Exit 2, as click does for usage errors."""
+        --json, {"status": "error", "error": ...} on stdout too. Exit 5 for an option that names nothing usable, 4 for
+        text that cannot be parsed, as ansible-playbook exits."""
         try:
             return self.read()
-        except click.BadParameter as exc:
+        except (click.BadParameter, Unparsable) as exc:
             if json_mode:
                 report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
             raise
@@ -238,9 +250,41 @@ def run_verb(
     return result.exit_code
 
 
+class Unparsable(click.ClickException):
+    """Input that is there but cannot be parsed (an -e file that is no YAML): ansible-playbook's exit 4."""
+
+    exit_code = EXIT_PARSE
+
+
 class _Main(click.Group):
     """The command group: k8s, upgrade and plan are registered when first asked for (their options' choices and
-    defaults come from the collection, which loads ansible-core); every other verb at import."""
+    defaults come from the collection, which loads ansible-core); every other verb at import.
+
+    Exit codes are ansible-playbook's (runner.EXIT_*): a usage error is 5 (click's own is 2, a host failed to
+    ansible-playbook), Ctrl-C before a run 99, and anything unexpected 250 with one line, never a traceback
+    (NODEFORGE_TRACEBACK=1 prints it)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            exc.show()
+            code = EXIT_OPTIONS
+        except click.ClickException as exc:
+            exc.show()
+            code = exc.exit_code
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            code = EXIT_INTERRUPTED
+        except Exception as exc:  # a bug of nodeforge's: said in one line, with how to see more
+            if os.environ.get("NODEFORGE_TRACEBACK"):
+                traceback.print_exc()
+            where = "" if os.environ.get("NODEFORGE_TRACEBACK") else "; NODEFORGE_TRACEBACK=1 prints where"
+            click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (a nodeforge bug{where})", err=True)
+            code = EXIT_UNEXPECTED
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
 
     LAZY = ("k8s", "plan", "upgrade")
     _lazy_registered = False
@@ -343,7 +387,7 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
 @contextlib.contextmanager
 def output_errors(option: str) -> Iterator[Any]:
     """plugin_utils/safe_write.py, the one writer of the files a command writes where option says (loaded here: it
-    goes through ansible-core's collection loader); a refusal exits 2 naming option, a failure to write exits 1."""
+    goes through ansible-core's collection loader); a refusal exits 5 naming the option, a failure to write exits 1."""
     import nodeforge.collection  # noqa: F401  (installs the collection loader)
     from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write  # isort: skip
 

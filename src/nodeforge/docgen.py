@@ -91,7 +91,12 @@ def render_inventory_reference() -> str:
 
 
 def render_cli_reference(group: click.Group) -> str:
+    from nodeforge.runner import EXIT_MEANINGS
+
     out = ["# CLI reference", "", "Generated from the click commands by `tools/gen_docs.py`; do not edit.", ""]
+    out += ["## Exit codes", "", "ansible-playbook's, for every verb:", "", "| code | meaning |", "| --- | --- |"]
+    out += [f"| {code} | {meaning} |" for code, meaning in EXIT_MEANINGS.items()]
+    out.append("")
 
     def walk(cmd: click.Command, path: list[str]) -> None:
         ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100)

@@ -362,7 +362,7 @@ def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
 
 
 def _check_output_dir(output: Path, json_mode: bool) -> None:
-    """Refuse (exit 2, naming the directory and why) an output directory others could plant files in."""
+    """Refuse (exit 5, naming the directory and why) an output directory others could plant files in."""
     try:
         with cli.output_errors("-o"):
             safe_write.check_directory(output)

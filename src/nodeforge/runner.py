@@ -25,7 +25,28 @@ import yaml
 from nodeforge import ansible_settings, content
 
 DEFAULT_KEEP_RUNS = int(os.environ.get("NODEFORGE_KEEP_RUNS", "10"))
-EXIT_OK, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_UNREACHABLE, EXIT_CANCELED = 0, 1, 2, 4, 130
+# ansible-playbook's exit codes, which operators script against (docs/cli-reference.md, "Exit codes"): 1 an error
+# (an inventory check refused), 2 a host failed, 3 a host unreachable, 4 input that cannot be parsed, 5 bad or
+# missing options, 99 interrupted, 250 unexpected.
+EXIT_OK, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_PARSE, EXIT_OPTIONS, EXIT_INTERRUPTED, EXIT_UNEXPECTED = 4, 5, 99, 250
+EXIT_CANCELED = EXIT_INTERRUPTED
+# What each means, for docs/cli-reference.md (generated).
+EXIT_MEANINGS = {
+    EXIT_OK: "success (check: the inventory is valid; upgrade without --yes: the schedule could be made)",
+    EXIT_ERROR: "an error: the inventory check refused the input (no node was touched), an upgrade refused, or a run "
+    "that failed before reporting on any host",
+    EXIT_HOST_FAILED: "a host failed: a task, or a validate check (the upgrade halted there)",
+    EXIT_UNREACHABLE: "a host was unreachable (and none failed)",
+    EXIT_PARSE: "input that cannot be parsed: an -e value or file that is no key=value, YAML or JSON; a playbook "
+    "ansible-playbook could not parse",
+    EXIT_OPTIONS: "bad or missing options: no -i, an -e, vault password or output path that cannot be used, a value "
+    "an option refuses, an unknown command",
+    EXIT_INTERRUPTED: "interrupted: Ctrl-C (a run is canceled cleanly)",
+    EXIT_UNEXPECTED: "unexpected: a nodeforge bug, said in one line (NODEFORGE_TRACEBACK=1 prints the traceback)",
+}
+# ansible-playbook's own codes for a run that ended before any host result: passed on as they are.
+_PLAYBOOK_CODES = (EXIT_PARSE, EXIT_OPTIONS, EXIT_UNEXPECTED)
 COUNTERS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored")
 STATS_KEYS = {
     "ok": "ok",
@@ -103,7 +124,7 @@ class RunResult:
         if any(h["unreachable"] for h in self.hosts.values()):
             return EXIT_UNREACHABLE
         if self.status != "successful" or self.rc != 0:
-            return EXIT_ERROR
+            return self.rc if not self.hosts and self.rc in _PLAYBOOK_CODES else EXIT_ERROR
         return EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:

@@ -286,7 +286,7 @@ def register(main: click.Group) -> None:
         **kw: Any,
     ) -> None:
         """Exit code: 0 when every node is at the target (or, without --yes, the schedule could be made), 1 when a
-        node is refused or the plan could not read a node, 2 when a node failed (the run halted), 130 on Ctrl-C."""
+        node is refused or the plan could not read a node, 2 when a node failed (the run halted), 99 on Ctrl-C."""
         if component is None:
             raise click.UsageError("--component is required: driver, ofed, toolkit or stack")
         if kw.get("check"):

@@ -53,7 +53,13 @@ SECRET = "********"
 
 
 class CheckInputError(Exception):
-    """Input that cannot even be read (an -e value, a vault secret): reported before anything is checked."""
+    """Input that cannot even be read (an -e value, a vault secret): reported before anything is checked. `parse`:
+    the input is there but is no YAML/JSON/key=value text (ansible-playbook's parse error), else an option names
+    something that cannot be used (a missing file, a vault secret that cannot be read)."""
+
+    def __init__(self, message: str, parse: bool = False):
+        super().__init__(message)
+        self.parse = parse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,12 +329,16 @@ def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) ->
         except AnsibleError as exc:
             not_utf8 = _not_utf8(text[1:]) if text.startswith("@") else NOT_UTF8
             if not_utf8 != NOT_UTF8:  # 2.19 and newer: a YAML error
-                raise CheckInputError(f"-e {text!r}: {not_utf8}") from exc
-            raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}") from exc
+                raise CheckInputError(f"-e {text!r}: {not_utf8}", parse=True) from exc
+            parse = isinstance(exc, AnsibleParserError)
+            raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}", parse=parse) from exc
         except UnicodeError as exc:
-            raise CheckInputError(f"-e {text!r}: {_not_utf8(text[1:] if text.startswith('@') else None)}") from exc
+            where = text[1:] if text.startswith("@") else None
+            raise CheckInputError(f"-e {text!r}: {_not_utf8(where)}", parse=True) from exc
         if not isinstance(data, Mapping) or "_raw_params" in data:
-            raise CheckInputError(f"-e {text!r}: expected key=value pairs, @file (YAML or JSON) or a YAML/JSON mapping")
+            raise CheckInputError(
+                f"-e {text!r}: expected key=value pairs, @file (YAML or JSON) or a YAML/JSON mapping", parse=True
+            )
         result = combine_vars(result, data)
     return result
 
