@@ -1140,3 +1140,70 @@ def test_validation_action_reads_the_cli_verdict(tmp_path):
     assert cli_verdict(dead) == "refuse"
     verdict.write_text("pass")
     assert cli_verdict(gate) == "pass"
+
+
+@pytest.mark.parametrize(
+    ("group_vars", "expected"),
+    [
+        ({"nvidia_container_toolkit_runtimes": "containerd, crio"},
+         "nvidia_container_toolkit_runtimes: found 'containerd, crio' (text); expected a list, written as a YAML list: "
+         "[containerd, crio] (on the command line: -e '{\"nvidia_container_toolkit_runtimes\": [\"containerd\", "
+         "\"crio\"]}')"),
+        ({"ofed_ipoib_interfaces": "ib0"},
+         "ofed_ipoib_interfaces: found 'ib0' (text); expected a list of mappings, written as a YAML list"),
+    ],
+)  # fmt: skip
+def test_a_list_written_as_text_is_one_problem_saying_how_to_write_it(tmp_path, group_vars, expected):
+    """Ansible's argument validation would split the text at commas, the role would loop over its characters: one
+    problem, no "did you mean 'crio'?" and no Python type names."""
+    [problem] = messages(write_inventory(tmp_path, group_vars))
+    assert problem.endswith(expected), problem
+    assert "did you mean" not in problem and "of type" not in problem
+
+
+def test_problems_print_as_written_brackets_included(tmp_path):
+    """The human output prints each problem's text as it is (rich would take "[containerd, crio]" for markup and
+    drop it)."""
+    inv = write_inventory(tmp_path, {"nvidia_container_toolkit_runtimes": "containerd, crio"})
+    result = CliRunner().invoke(main, ["check", "-i", str(inv)])
+    assert result.exit_code == 1
+    assert "expected a list, written as a YAML list: [containerd, crio]" in " ".join(result.output.split())
+
+
+def test_a_default_s_origin_stays_whole_in_the_json_where():
+    """The GRID problem of the vSphere sample is set by the profile's default ("profile vsphere-t4-vgpu (vGPU guest:
+    source grid)"): its colon inside the brackets splits nothing into the scope."""
+    result = CliRunner().invoke(main, ["check", "--json", "-i", str(REPO / "inventories" / "vsphere-t4")])
+    [problem] = json.loads(result.stdout)["problems"]
+    assert problem["where"] == "profile vsphere-t4-vgpu (vGPU guest: source grid)"
+    assert problem["scope"] == "hosts vgpu-vm-01, vgpu-vm-02"
+
+
+def test_a_group_named_almost_like_nodeforge_s_is_a_problem_naming_its_line(tmp_path):
+    inv = write_inventory(tmp_path)
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text().rstrip("\n") + "\n    gpu_nodez:\n      hosts:\n        node-03: null\n")
+    line = hosts.read_text().splitlines().index("    gpu_nodez:") + 1
+    [problem] = messages(inv)
+    assert problem == (
+        f"{hosts}:{line}: group gpu_nodez: found group gpu_nodez (host node-03), which no nodeforge play targets; "
+        "expected group gpu_nodes (did you mean gpu_nodes?)"
+    )
+    # Other groups of a site's inventory (Kubespray's, its own) are none of nodeforge's business.
+    hosts.write_text(hosts.read_text().replace("gpu_nodez", "kube_node"))
+    assert messages(inv) == []
+
+
+def test_a_host_in_no_group_and_a_placeholder_address_are_warned_by_line(tmp_path):
+    inv = write_inventory(tmp_path, hosts={"node-01": {"ansible_host": "192.0.2.11"}, "node-02": None})
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text() + "  hosts:\n    stray-01:\n      ansible_host: 10.1.1.9\n")
+    text = hosts.read_text().splitlines()
+    result = CliRunner().invoke(main, ["check", "--json", "-i", str(inv)])
+    assert result.exit_code == 0, result.output
+    warnings = {(w["where"], w["scope"], w["variable"], w["found"]) for w in json.loads(result.stdout)["warnings"]}
+    assert (f"{hosts}:{text.index('    stray-01:') + 1}", "host stray-01", "",
+            "a host in no group: no nodeforge verb acts on it") in warnings  # fmt: skip
+    assert (f"{hosts}:{text.index('          ansible_host: 192.0.2.11') + 1}", "host node-01", "ansible_host",
+            "192.0.2.11, an address reserved for documentation (RFC 5737, RFC 3849)") in warnings  # fmt: skip
+    assert not [w for w in warnings if w[1] in ("host node-02", "host stray-01") and w[2] == "ansible_host"]

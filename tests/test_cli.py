@@ -301,3 +301,19 @@ def test_init_rejects_unknown_os(runner, tmp_path):
     result = runner.invoke(main, ["init", str(tmp_path / "s"), "-p", "lab", "--os", "windows"])
     assert result.exit_code != 0
     assert "unknown OS 'windows'" in result.output
+
+
+@pytest.mark.parametrize("prefix", ["bad name", "GPU", "-node", "node-", "a..b", "node_1", "x" * 241])
+def test_init_refuses_a_host_prefix_no_kubernetes_node_can_be_named_by(runner, tmp_path, prefix):
+    """Refused where it is given (exit 5, nothing written), not later by render with a raw pattern."""
+    result = runner.invoke(main, ["init", str(tmp_path / "site"), "-p", "dgx-1", "--host-prefix", prefix])
+    assert result.exit_code == 5, result.output
+    assert "cannot begin a host name that is also a Kubernetes Node's" in " ".join(result.output.split())
+    assert not (tmp_path / "site").exists()
+
+
+def test_init_takes_a_dotted_host_prefix(runner, tmp_path):
+    result = runner.invoke(main, ["init", str(tmp_path / "site"), "-p", "dgx-1", "--host-prefix", "dgx.site-a"])
+    assert result.exit_code == 0, result.output
+    hosts = yaml.safe_load((tmp_path / "site" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    assert sorted(hosts) == ["dgx.site-a-01", "dgx.site-a-02"]

@@ -67,17 +67,22 @@ def test_from_the_inventory_the_cluster_the_file_system_and_a_fileset(tmp_path):
 
 
 def test_bad_input_is_named_by_its_option():
+    """Each a usage error (exit 5), named by its option, nothing written."""
     result = scale_pv(*REDBOOK[:4], "--size", "100 GB", "--cluster-id", LOCAL)
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert "--size: '100 GB' is not a positive Kubernetes quantity" in result.output
+    # A bare number is bytes to Kubernetes: 100 meant 100Gi.
+    result = scale_pv(*REDBOOK[:4], "--size", "100", "--cluster-id", LOCAL)
+    assert result.exit_code == 5
+    assert "--size: '100' has no unit, which Kubernetes reads as 100 bytes; give the unit: 100Gi" in result.output
     result = scale_pv(*REDBOOK, "--label", "team=ml team")
     assert result.exit_code == 5
     assert "Invalid value for --label: 'team=ml team' is not a label key=value" in result.output
     result = scale_pv(*REDBOOK[:6])
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert "--cluster-id: needed (the local Scale cluster's ID" in result.output
     result = scale_pv(*REDBOOK, "--fileset", "csifset")
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert "--fileset csifset needs --fileset-type dependent or independent" in result.output
     result = scale_pv(*REDBOOK, "--k8s-version", "1.12")
     assert result.exit_code == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from nodeforge import __version__, ansible_settings, lab, lab_vm, report, validate_report
 from nodeforge.runner import (
@@ -366,7 +368,7 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
         found = validate_report.payload(result)
         validate_report.print_table(console, found)
         if result.error:
-            console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}")
+            console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{escape(result.error)}")
         if to_stdout:
             report.print_json(Console(), found)
         texts = {
@@ -440,15 +442,35 @@ def check(json_mode: bool, **kw: Any) -> None:
         if problems:
             report.print_problems(console, problems)
         else:
-            console.print(f"[green]ok[/green]: {inventory} is valid")
+            console.print(f"[green]ok[/green]: {escape(str(inventory))} is valid")
     sys.exit(EXIT_ERROR if problems else 0)
+
+
+# A host name is also its Kubernetes Node's name (k8s_node_labels): DNS labels of lowercase letters, digits and "-",
+# separated by dots; PREFIX-01 ends in a digit.
+_HOST_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]{0,60}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,59}[a-z0-9])?)*")
+
+
+def _host_prefix(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if not _HOST_PREFIX.fullmatch(value) or len(value) > 240:
+        raise click.BadParameter(
+            f"{value!r} cannot begin a host name that is also a Kubernetes Node's: lowercase letters, digits and '-', "
+            "dots between labels, each label starting and ending with a letter or digit (e.g. gpu-node, dgx.site-a)"
+        )
+    return value
 
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", "-p", required=True, help="Hardware profile (e.g. dgx-1, dell-c4140, lab).")
 @click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of GPU nodes.")
-@click.option("--host-prefix", default="gpu-node", show_default=True, help="Host names: PREFIX-01, PREFIX-02, ...")
+@click.option(
+    "--host-prefix",
+    default="gpu-node",
+    show_default=True,
+    callback=_host_prefix,
+    help="Host names: PREFIX-01, PREFIX-02, ... (also their Kubernetes Node names).",
+)
 @click.option("--os", "node_os", default="", help="Declare nodeforge_os (e.g. rocky9, ubuntu24.04, debian12).")
 def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: str) -> None:
     """Scaffold an inventory in DIRECTORY from a hardware profile."""
@@ -464,10 +486,10 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
         raise click.ClickException(f"cannot write the inventory into {where}: {exc.strerror or exc}") from exc
     console = _console()
     for path in written:
-        console.print(f"wrote {path}", soft_wrap=True)
+        console.print(f"wrote {escape(str(path))}", soft_wrap=True)
     for item in scaffold.todo(directory, profile, node_os):
-        console.print(f"[yellow]fill in[/yellow]: {item}", soft_wrap=True)
-    console.print(f"next: edit {directory}/hosts.yml, then run: nodeforge check -i {directory}", soft_wrap=True)
+        console.print(f"[yellow]fill in[/yellow]: {escape(str(item))}", soft_wrap=True)
+    console.print(escape(f"next: edit {directory}/hosts.yml, then run: nodeforge check -i {directory}"), soft_wrap=True)
 
 
 @main.group(name="lab")

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from nodeforge import checks, cli, report
 from nodeforge.collection import k8s_validate, model
@@ -155,7 +156,7 @@ def register(main: click.Group) -> None:
                 raise click.ClickException(f"{source_name}, line {line} (document {number}): {exc}") from exc
             name = k8s_validate.describe(new)
             for note in notes:
-                err.print(f"{name}: {note}", soft_wrap=True)
+                err.print(escape(f"{name}: {note}"), soft_wrap=True)
             converted.append(new)
         _emit(converted, k8s_version, output)
 
@@ -272,8 +273,8 @@ def register(main: click.Group) -> None:
                 claim_name=claim_name,
                 namespace=namespace,
             )
-        except k8s_objects.K8sConfigError as exc:
-            raise click.ClickException(str(exc)) from exc
+        except k8s_objects.K8sConfigError as exc:  # each names the option it refuses: a usage error (exit 5)
+            raise click.UsageError(str(exc)) from exc
         _emit(objects, version, output)
 
 
@@ -350,7 +351,7 @@ def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
     problems = k8s_validate.validate(objects, k8s_version, k8s_validate.shipped_crds())
     if problems:
         for problem in problems:
-            Console(stderr=True, highlight=False).print(f"[red]invalid[/red] {problem}", soft_wrap=True)
+            Console(stderr=True, highlight=False).print(f"[red]invalid[/red] {escape(str(problem))}", soft_wrap=True)
         sys.exit(cli.EXIT_ERROR)
     text = "---\n".join(k8s_objects.dump(obj) for obj in objects)
     if output is None:
@@ -358,7 +359,8 @@ def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
     else:
         with cli.output_errors("-o"):
             safe_write.write_file(output, text)
-        Console(stderr=True, highlight=False).print(f"wrote {len(objects)} object(s) to {output}", soft_wrap=True)
+        wrote = escape(f"wrote {len(objects)} object(s) to {output}")
+        Console(stderr=True, highlight=False).print(wrote, soft_wrap=True)
 
 
 def _check_output_dir(output: Path, json_mode: bool) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -47,13 +48,13 @@ def live_progress(console: Console, enabled: bool = True) -> Iterator[Any]:
             # Non-terminal output (CI logs): one line per new task instead of a redrawn view.
             if enabled and progress.task and progress.task != last["task"]:
                 last["task"] = progress.task
-                console.print(f"[dim]{progress.play} | {progress.task}[/dim]", highlight=False)
+                console.print(f"[dim]{escape(progress.play)} | {escape(progress.task)}[/dim]", highlight=False)
             if enabled:
                 with progress.lock:
                     fresh = [(h, t) for h, texts in progress.notices.items() for t in texts if (h, t) not in shown]
                 for host, text in fresh:
                     shown.add((host, text))
-                    console.print(f"[yellow]{host}[/yellow]: {text}", highlight=False, soft_wrap=True)
+                    console.print(f"[yellow]{escape(host)}[/yellow]: {escape(text)}", highlight=False, soft_wrap=True)
 
         yield plain_tick
         return
@@ -84,25 +85,28 @@ def print_result(console: Console, result: RunResult, plan: bool = False) -> Non
     if plan:
         for host in result.hosts:
             tasks = result.changes.get(host, [])
-            console.print(f"[bold]{host}[/bold] would change: {', '.join(tasks) if tasks else 'nothing'}")
+            changes = escape(", ".join(tasks)) if tasks else "nothing"
+            console.print(f"[bold]{escape(host)}[/bold] would change: {changes}")
     for host, texts in result.notices.items():
         for text in texts:
-            console.print(f"[yellow]notice[/yellow] {host}: {text}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]notice[/yellow] {escape(host)}: {escape(text)}", highlight=False, soft_wrap=True)
     print_failures(console, result)
     for host, required in result.reboot_required.items():
         if required:
-            console.print(f"[yellow]reboot required[/yellow] on {host} (nodeforge_reboot_policy decides)")
+            console.print(f"[yellow]reboot required[/yellow] on {escape(host)} (nodeforge_reboot_policy decides)")
     if result.error:
-        console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{result.error}", highlight=False)
+        error = escape(result.error)
+        console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{error}", highlight=False)
     if result.status == "canceled":
         console.print("[red]canceled[/red]: the run was interrupted; hosts may be partly changed")
-    console.print(f"artifacts: {result.artifacts}", highlight=False, soft_wrap=True)
+    console.print(f"artifacts: {escape(str(result.artifacts))}", highlight=False, soft_wrap=True)
 
 
 def print_failures(console: Console, result: RunResult) -> None:
     for f in result.failures:
         kind = "UNREACHABLE" if f.unreachable else "FAILED"
-        console.print(f"[red]{kind}[/red] {f.host}: task [bold]{f.task}[/bold]: {f.message}", highlight=False)
+        where = f"{escape(f.host)}: task [bold]{escape(f.task)}[/bold]"
+        console.print(f"[red]{kind}[/red] {where}: {escape(f.message)}", highlight=False)
 
 
 def print_json(console: Console, payload: dict[str, Any]) -> None:
@@ -111,10 +115,10 @@ def print_json(console: Console, payload: dict[str, Any]) -> None:
 
 def print_warnings(console: Console, warnings: list[Problem]) -> None:
     for w in warnings:
-        console.print(f"[yellow]warning[/yellow]: {w}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning[/yellow]: {escape(str(w))}", highlight=False, soft_wrap=True)
 
 
 def print_problems(console: Console, problems: list[Problem]) -> None:
     console.print(f"[red]{len(problems)} problem(s)[/red] found; no node was touched:")
     for p in problems:
-        console.print(f"  - {p}", highlight=False, soft_wrap=True)
+        console.print(f"  - {escape(str(p))}", highlight=False, soft_wrap=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nodeforge import cli, report
@@ -125,7 +126,7 @@ def print_schedule(console: Console, plans: dict[str, Any], sched: dict[str, Any
     console.print(table)
     for host, reasons in sched["refused"].items():
         for reason in reasons:
-            console.print(f"[red]refused[/red] {host}: {reason}", highlight=False, soft_wrap=True)
+            console.print(f"[red]refused[/red] {escape(host)}: {escape(reason)}", highlight=False, soft_wrap=True)
     if sched["current"]:
         console.print(f"skipped (already at the target): {', '.join(sched['current'])}", soft_wrap=True)
     if reboot_policy:
@@ -183,7 +184,7 @@ def print_outcome(console: Console, result: RunResult, sched: dict[str, Any], ar
             highlight=False,
             soft_wrap=True,
         )
-    console.print(f"artifacts: {result.artifacts}", highlight=False, soft_wrap=True)
+    console.print(f"artifacts: {escape(str(result.artifacts))}", highlight=False, soft_wrap=True)
 
 
 def _hint(kw: dict[str, Any], component: str, to_version: str | None, drain: str, allow_downgrade: bool) -> str:

@@ -565,6 +565,12 @@ def static_volume(
             f"--size: {size!r} is not a positive Kubernetes quantity (e.g. 100Gi, 1Ti, 500G; binary suffixes Ki Mi Gi "
             "Ti Pi Ei, decimal k M G T P E)"
         )
+    if not quantity.group(3):
+        # Kubernetes reads a bare number as bytes: "100" meant 100Gi, never a 100-byte volume.
+        raise K8sConfigError(
+            f"--size: {size!r} has no unit, which Kubernetes reads as {size} bytes; give the unit: {size}Gi, {size}Ti, "
+            f"{size}G"
+        )
     if access_mode not in ACCESS_MODES:
         raise K8sConfigError(f"--access-mode: {access_mode!r} (expected one of {', '.join(ACCESS_MODES)})")
     if storage_class:

@@ -17,10 +17,13 @@ import contextlib
 import dataclasses
 import difflib
 import io
+import ipaddress
+import json
 import os
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleError, AnsibleParserError
@@ -204,8 +207,12 @@ class InventoryView:
             return found
         return [source] if os.path.exists(source) else []
 
+    def files(self) -> list[str]:
+        """The inventory files of the sources (a directory's, in Ansible's order)."""
+        return [path for source in self.sources if os.path.exists(source) for path in self._inventory_files(source)]
+
     def _read_inventory_files(self) -> None:
-        files = [path for source in self.sources if os.path.exists(source) for path in self._inventory_files(source)]
+        files = self.files()
         # A host list such as "node-01," holds no variables. One file: the inventory Ansible read is that file's.
         for path in files:
             if len(files) == 1 and len(self.sources) == 1:
@@ -495,6 +502,20 @@ _REQUIRED = re.compile(r"missing required arguments: (?P<args>.*?)(?: found in (
 _KINDS = {"AnsibleUnicode": "str", "AnsibleMapping": "dict", "AnsibleSequence": "list", "NoneType": "null"}
 
 
+def _list_expected(name: str, spec: dict, value: str, secret: bool) -> str:
+    """What a list variable given as text expects, with the list the text meant when its elements are text."""
+    elements = spec.get("elements", "raw")
+    if elements != "str" or secret:
+        return f"a list of {_ELEMENTS.get(elements, elements)}, written as a YAML list"
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return (
+        f"a list, written as a YAML list: [{', '.join(items)}] (on the command line: -e '{json.dumps({name: items})}')"
+    )
+
+
+_ELEMENTS = {"dict": "mappings", "str": "strings", "int": "integers", "raw": "values"}
+
+
 def _kind(value: Any) -> str:
     for plain_type, label in ((bool, "bool"), (str, "str"), (int, "int"), (float, "float"), (Mapping, "dict")):
         if isinstance(value, plain_type):
@@ -542,6 +563,10 @@ def validate_value(name: str, spec: dict, value: Any, vaulted: bool = False) -> 
     if kind in ("str", "path") and isinstance(value, (bool, list, Mapping)):
         # Ansible would turn these into strings ("True", "['a']"): in an inventory they are always a mistake.
         return [(name, f"{_show(value, secret)} ({_kind(value)})", f"type {kind}")]
+    if kind == "list" and isinstance(value, str):
+        # Ansible's argument validation splits the text at commas and passes it, but the role's tasks get the text
+        # itself (a loop over its characters): a list is written as one.
+        return [(name, f"{_show(value, secret)} (text)", _list_expected(name, spec, value, secret))]
     result = ArgumentSpecValidator({name: spec}).validate({name: value})
     return [_translate(name, value, spec, error, secret) for error in result.errors]
 
@@ -646,9 +671,51 @@ class Checker:
         self.problems += _attributed(merged)
         self.warnings += _attributed(cautions)
 
+    # ---- the inventory's shape: a group no play targets, hosts in no group, placeholder addresses ------------
+    def check_shape(self) -> None:
+        inventory = self.view.inventory
+        sources, files = ", ".join(self.view.sources), self.view.files()
+        for name, group in sorted(inventory.groups.items()):
+            if name in (*NODEFORGE_GROUPS, "all", "ungrouped"):
+                continue
+            close = difflib.get_close_matches(name, NODEFORGE_GROUPS, n=1, cutoff=0.8)
+            if close:
+                hosts = sorted(h.name for h in group.get_hosts())
+                self.add(
+                    _line_of(files, f"{name}:", f"[{name}]") or sources,
+                    f"group {name}",
+                    "",
+                    f"group {name} ({_hosts_scope(hosts) if hosts else 'no hosts'}), which no nodeforge play targets",
+                    f"group {close[0]} (did you mean {close[0]}?)",
+                )
+        ungrouped = inventory.groups.get("ungrouped")
+        for host in sorted(h.name for h in ungrouped.get_hosts()) if ungrouped else []:
+            self.warnings.append(
+                Problem(
+                    _line_of(files, f"{host}:", host) or sources,
+                    f"host {host}",
+                    "",
+                    "a host in no group: no nodeforge verb acts on it",
+                    f"the host under {model.WORKER_GROUP} (GPU workers), {model.SCALE_CLIENT_GROUP} or k8s_control",
+                )
+            )
+        for host in sorted(inventory.hosts):
+            address = str(inventory.hosts[host].vars.get("ansible_host") or host)
+            if _documentation_address(address):
+                self.warnings.append(
+                    Problem(
+                        _line_of(files, address) or sources,
+                        f"host {host}",
+                        "ansible_host",
+                        f"{address}, an address reserved for documentation (RFC 5737, RFC 3849)",
+                        "the node's own address: the sample's placeholder is still there",
+                    )
+                )
+
     def run(self) -> list[Problem]:
         for d in self.view.definitions():
             self.check_definition(d)
+        self.check_shape()
         self.check_hosts()
         self.problems = [masked(p, self.vaulted) for p in self.problems]
         self.warnings = [masked(w, self.vaulted) for w in self.warnings]
@@ -656,6 +723,35 @@ class Checker:
 
 
 MANIFEST_OVERRIDES = "nodeforge_manifest_overrides"
+# The groups nodeforge's playbooks target.
+NODEFORGE_GROUPS = (model.WORKER_GROUP, model.SCALE_CLIENT_GROUP, "k8s_control")
+DOCUMENTATION_NETS = tuple(
+    ipaddress.ip_network(net) for net in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")
+)
+
+
+def _documentation_address(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip.version == net.version and ip in net for net in DOCUMENTATION_NETS)
+
+
+def _line_of(files: list[str], *texts: str) -> str:
+    """file:line of the first line of the inventory files holding one of texts (outside a comment); "" when none
+    does."""
+    for path in files:
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeError):
+            continue
+        for number, line in enumerate(lines, 1):
+            if any(text in line.split("#", 1)[0] for text in texts):
+                return f"{path}:{number}"
+    return ""
+
+
 # The variables deep-merged over shipped data, and the data each must fit (model.override_problems).
 OVERRIDE_BASES = {MANIFEST_OVERRIDES: model.manifest, model.PROFILE_OVERRIDES: model.profile_shape}
 
@@ -677,12 +773,23 @@ def _attributed(found: dict[tuple[str, str, str, str], list[str]]) -> list[Probl
     entries = []
     for (origin, variable, value, expected), hosts in found.items():
         # origin is "file: group X" for inventory values, a bare description for defaults
-        where_set, _, set_for = origin.rpartition(": ") if ": " in origin else (origin, "", "")
+        where_set, set_for = _split_origin(origin)
         scope = _hosts_scope(hosts)
         if set_for and set_for != scope:
             scope = f"{set_for}, for {scope}"
         entries.append(Problem(where_set, scope, variable, value, expected))
     return entries
+
+
+def _split_origin(origin: str) -> tuple[str, str]:
+    """An origin as (where it was set, for whom): "file: group X" at its last ": " outside brackets; a default's
+    description ("profile P (vGPU guest: source grid)") is all where."""
+    depth, cut = 0, -1
+    for index, char in enumerate(origin):
+        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(char, 0)
+        if depth == 0 and origin.startswith(": ", index):
+            cut = index
+    return (origin[:cut], origin[cut + 2 :]) if cut >= 0 else (origin, "")
 
 
 def _hosts_scope(hosts: list[str]) -> str:
