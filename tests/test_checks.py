@@ -154,6 +154,27 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path):
     assert "YAML syntax error" in problem
 
 
+def test_a_yaml_typo_in_the_hosts_file_is_one_problem_at_its_line(tmp_path):
+    """Named by file and line (not the directory), said as YAML says it, without the consequence ("no hosts in group
+    gpu_nodes") as a second problem. `nodeforge check` only: ansible-playbook warns and runs on no host."""
+    inv = write_inventory(tmp_path, hosts={"node-01": {"ansible_host": "10.0.0.1"}, "node-02": None})
+    hosts = inv / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("ansible_host: 10.0.0.1", "ansible_host: [10.0.0.1"))
+    lines = hosts.read_text().splitlines()
+    opened = next(n for n, line in enumerate(lines, 1) if "[10.0.0.1" in line)
+    [problem] = _via_cli(inv, None)
+    assert problem.startswith(f"{hosts}:{opened + 1}: found YAML syntax error at column "), problem
+    assert f"(while parsing a flow sequence at line {opened})" in problem and "no hosts in group" not in problem
+
+
+def test_an_extra_vars_file_with_a_yaml_typo_is_named_by_line(tmp_path):
+    (tmp_path / "overrides.yml").write_text("nodeforge_manifest_overrides:\n  ofed: [1\nnext: 2\n")
+    result = CliRunner().invoke(main, ["check", "-i", str(write_inventory(tmp_path / "inv")), "-e",
+                                       f"@{tmp_path / 'overrides.yml'}"])  # fmt: skip
+    assert result.exit_code == 4
+    assert f"{tmp_path / 'overrides.yml'}:3: YAML syntax error at column " in " ".join(result.output.split())
+
+
 def test_unknown_variable_with_our_prefix_suggests_the_right_one(tmp_path):
     [problem] = messages(write_inventory(tmp_path, {"nodeforge_reboot_polcy": "never"}))
     assert "group_vars/gpu_nodes.yml: group gpu_nodes: nodeforge_reboot_polcy" in problem

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ansible.errors import AnsibleError, AnsibleParserError
 from ansible.inventory.helpers import sort_groups
 from ansible.inventory.manager import IGNORED, InventoryManager
@@ -152,6 +153,27 @@ def _not_utf8(path: str | None) -> str:
     return NOT_UTF8
 
 
+def yaml_syntax_error(path: str) -> tuple[str, str] | None:
+    """('FILE:LINE', 'YAML syntax error at column C: what') for a file YAML cannot parse, None for one it can (or that
+    cannot be read). Read as events only: tags such as !vault are no syntax error."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for _event in yaml.parse(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+                pass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = exc.problem or exc.context or "not YAML"
+        if mark is None:
+            return path, f"YAML syntax error: {what}"
+        since = ""
+        if exc.problem and exc.context and exc.context_mark and exc.context_mark.line != mark.line:
+            since = f" ({exc.context} at line {exc.context_mark.line + 1})"
+        return f"{path}:{mark.line + 1}", f"YAML syntax error at column {mark.column + 1}: {what}{since}"
+    except (OSError, UnicodeError, yaml.YAMLError):
+        return None
+    return None
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in str(text).splitlines() if line.strip()), str(text))
 
@@ -180,6 +202,7 @@ class InventoryView:
         # -e: the CLI's own reading (load()); in a playbook, what ansible-playbook read (VariableManager loads it).
         self.extra_vars = dict(variable_manager.extra_vars if extra_vars is None else extra_vars)
         self.errors: list[Problem] = []
+        self.unreadable = False  # a source Ansible could not read (load sets it): its hosts are unknown
         self.group_defs: dict[str, list[Definition]] = defaultdict(list)  # inventory files, by group
         self.host_defs: dict[str, list[Definition]] = defaultdict(list)
         self.group_file_defs: dict[str, list[Definition]] = defaultdict(list)  # group_vars/ files, by group
@@ -337,6 +360,9 @@ def parse_extra_vars(loader: DataLoader, values: list[str] | tuple[str, ...]) ->
             not_utf8 = _not_utf8(text[1:]) if text.startswith("@") else NOT_UTF8
             if not_utf8 != NOT_UTF8:  # 2.19 and newer: a YAML error
                 raise CheckInputError(f"-e {text!r}: {not_utf8}", parse=True) from exc
+            syntax = yaml_syntax_error(text[1:]) if text.startswith("@") else None
+            if syntax:  # the file's line and column, whatever Ansible's version says
+                raise CheckInputError(f"-e {text!r}: {': '.join(syntax)}", parse=True) from exc
             parse = isinstance(exc, AnsibleParserError)
             raise CheckInputError(f"-e {text!r}: {_first_line(getattr(exc, 'message', exc))}", parse=parse) from exc
         except UnicodeError as exc:
@@ -389,8 +415,18 @@ def load(
         sources,
         parse_extra_vars(loader, extra_vars),
     )
-    view.errors[:0] = _source_problems(sources, unparsed, said)
+    source_problems = _source_problems(sources, unparsed, said)
+    view.errors[:0] = source_problems
+    view.unreadable = bool(source_problems)
     return view
+
+
+def _yaml_files(source: str) -> list[str]:
+    """The YAML inventory files of a source (itself, or a directory's files as Ansible takes them)."""
+    if os.path.isdir(source):
+        names = sorted(n for n in os.listdir(source) if not IGNORED.search(to_bytes(n)))
+        return [path for name in names for path in _yaml_files(os.path.join(source, name))]
+    return [source] if source.endswith((".yml", ".yaml")) and os.path.isfile(source) else []
 
 
 def _source_problems(sources: list[str], unparsed: list[str], said: str) -> list[Problem]:
@@ -399,6 +435,12 @@ def _source_problems(sources: list[str], unparsed: list[str], said: str) -> list
         if not os.path.exists(source) and "," not in source:
             problems.append(Problem(source, "", "", "no such file or directory", "an inventory file or directory"))
         elif source in unparsed:
+            # A YAML file that is no YAML: its file, line and column, as YAML says (Ansible's text varies by version).
+            files = _yaml_files(source)
+            broken = [error for error in map(yaml_syntax_error, files) if error]
+            if broken:
+                problems += [Problem(where, "", "", what, "an inventory file YAML can parse") for where, what in broken]
+                continue
             # Ansible's warnings give each plugin's reason (once per process: Display prints a warning once).
             reasons = [line for line in said.splitlines() if source in line or line.startswith(" ")]
             problems.append(
@@ -639,7 +681,7 @@ class Checker:
     def check_hosts(self) -> None:
         workers = self.view.hosts_of(model.WORKER_GROUP)
         where = ", ".join(self.view.sources)
-        if not workers:
+        if not workers and not self.view.unreadable:  # an unreadable source's hosts are already a problem
             self.add(
                 where,
                 "inventory",
@@ -708,7 +750,8 @@ class Checker:
                         f"host {host}",
                         "ansible_host",
                         f"{address}, an address reserved for documentation (RFC 5737, RFC 3849)",
-                        "the node's own address: the sample's placeholder is still there",
+                        "the node's own address (the placeholder of a sample inventory or of nodeforge init is "
+                        "still there)",
                     )
                 )
 
