@@ -5,6 +5,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -267,3 +268,19 @@ def local_inventory(tmp_path):
         "      vars:\n        nodeforge_profile: lab\n"
     )
     return path
+
+
+def damaged_text(text: str, rng: random.Random, cuts: int, reorders: int) -> list[str]:
+    """A command's output cut at every line and at `cuts` random characters, and `reorders` copies with a line dropped
+    and another repeated: what a parser meets when a command dies or its output is mangled."""
+    lines = text.splitlines(keepends=True)
+    found = ["".join(lines[:i]) for i in range(len(lines) + 1)]
+    found += [text[: rng.randrange(len(text) + 1)] for _ in range(cuts)]
+    for _ in range(reorders):
+        mixed = lines[:]
+        if mixed:
+            del mixed[rng.randrange(len(mixed))]
+        if mixed:
+            mixed.insert(rng.randrange(len(mixed)), rng.choice(mixed))
+        found.append("".join(mixed))
+    return found

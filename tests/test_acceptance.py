@@ -15,6 +15,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
 from nodeforge import collection
+from tests.conftest import damaged_text
 from tests.role_expressions import trusted
 
 from ansible_collections.nodeforge.gpu.plugins.filter import acceptance as acceptance_filter  # isort: skip
@@ -840,16 +841,7 @@ FIXTURES = sorted(path.name for path in OUTPUTS.glob("*.txt"))
 
 def variants(text: str, rng: random.Random) -> list[str]:
     """The output cut at every line, at random characters, with lines dropped or repeated, and random junk."""
-    lines = text.splitlines(keepends=True)
-    found = ["".join(lines[:i]) for i in range(len(lines) + 1)]
-    found += [text[: rng.randrange(len(text) + 1)] for _ in range(30)]
-    for _ in range(5):
-        mixed = lines[:]
-        if mixed:
-            del mixed[rng.randrange(len(mixed))]
-        if mixed:
-            mixed.insert(rng.randrange(len(mixed)), rng.choice(mixed))
-        found.append("".join(mixed))
+    found = damaged_text(text, rng, cuts=30, reorders=5)
     found += [bytes(rng.randrange(256) for _ in range(rng.randrange(200))).decode("latin-1") for _ in range(5)]
     found.append(text.replace("\n", "\r\n"))
     return found

@@ -23,6 +23,7 @@ from ansible.errors import AnsibleFilterError
 
 from nodeforge import collection
 from tests import test_decisions, test_parsers, test_scale
+from tests.conftest import damaged_text
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance, parsers, scale  # isort: skip
 
@@ -192,16 +193,7 @@ def damaged(sample: object, rng: random.Random) -> Iterator[object]:
     if not isinstance(sample, str):
         yield sample
         return
-    lines = sample.splitlines(keepends=True)
-    yield from ("".join(lines[:i]) for i in range(len(lines) + 1))
-    yield from (sample[: rng.randrange(len(sample) + 1)] for _ in range(15))
-    for _ in range(3):
-        mixed = lines[:]
-        if mixed:
-            del mixed[rng.randrange(len(mixed))]
-        if mixed:
-            mixed.insert(rng.randrange(len(mixed)), rng.choice(mixed))
-        yield "".join(mixed)
+    yield from damaged_text(sample, rng, cuts=15, reorders=3)
     yield sample.encode()
     yield sample.splitlines()
     yield sample.replace("\n", "\r\n")
