@@ -36,10 +36,11 @@ def test_version(runner):
 
 
 def test_every_verb_has_the_shared_options(runner):
-    for verb in VERBS:
+    for verb, spec in VERBS.items():
         out = runner.invoke(main, [verb, "--help"]).output
-        for flag in ("--inventory", "--limit", "--tags", "--skip-tags", "--extra-vars", "--check", "--diff",
-                     "--verbose", "--forks", "--json"):  # fmt: skip
+        modes = () if spec.check else ("--check", "--diff")  # a verb that always runs in check mode offers neither
+        for flag in ("--inventory", "--limit", "--tags", "--skip-tags", "--extra-vars", *modes, "--verbose",
+                     "--forks", "--json"):  # fmt: skip
             assert flag in out, f"{verb} lacks {flag}"
 
 
@@ -317,3 +318,18 @@ def test_init_takes_a_dotted_host_prefix(runner, tmp_path):
     assert result.exit_code == 0, result.output
     hosts = yaml.safe_load((tmp_path / "site" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     assert sorted(hosts) == ["dgx.site-a-01", "dgx.site-a-02"]
+
+
+def test_plan_has_no_check_or_diff_flag_it_always_runs_in_both(runner):
+    for flag in ("--check", "--diff"):
+        result = runner.invoke(main, ["plan", "-i", SAMPLE, flag])
+        assert result.exit_code == 5 and "No such option" in result.output and flag in result.output
+
+
+def test_init_counts_nodes_with_nodes_only(runner, tmp_path):
+    """-n is --namespace in `nodeforge k8s`, as in kubectl: init has --nodes alone, at least 1."""
+    assert runner.invoke(main, ["init", str(tmp_path / "a"), "-p", "dgx-1", "-n", "3"]).exit_code == 5
+    assert runner.invoke(main, ["init", str(tmp_path / "b"), "-p", "dgx-1", "--nodes", "0"]).exit_code == 5
+    assert runner.invoke(main, ["init", str(tmp_path / "c"), "-p", "dgx-1", "--nodes", "3"]).exit_code == 0
+    hosts = yaml.safe_load((tmp_path / "c" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    assert len(hosts) == 3

@@ -292,3 +292,17 @@ def test_every_filter_plugin_documents_itself_in_yaml_that_parses():
             assert doc["name"] in module.FilterModule().filters(), path.name
             documented += 1
     assert documented >= 8
+
+
+def test_every_nodeforge_environment_variable_the_code_reads_is_documented():
+    """docs/cli-reference.md's table (docgen.ENVIRONMENT) names each NODEFORGE_* variable src/ reads."""
+    import re
+
+    from nodeforge import docgen
+
+    read = set()
+    for path in (REPO / "src" / "nodeforge").rglob("*.py"):
+        read |= set(re.findall(r"environ(?:\.get\(|\[)\"(NODEFORGE_\w+)\"", path.read_text()))
+    documented = {name for names in docgen.ENVIRONMENT for name in names.split(", ")}
+    assert read >= {"NODEFORGE_STATE_DIR", "NODEFORGE_TRACEBACK"}
+    assert read <= documented, read - documented

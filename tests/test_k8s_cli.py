@@ -10,6 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from nodeforge import cli
 from nodeforge.cli import main
 from tests.test_k8s_jobs import NP_FORMS, alias_bomb, line_of, minimal, with_launcher
 from tests.test_k8s_objects import independent_problems
@@ -217,3 +218,30 @@ def test_np_in_every_form_is_noted_past_the_slots(tmp_path, form, ranks, noted):
     assert (note in result.stderr) is noted, result.stderr
     [job] = documents(result.stdout)
     assert job["apiVersion"] == "kubeflow.org/v2beta1"
+
+
+def test_apply_and_diff_take_the_kubeconfig_and_context_as_kubectl_does(tmp_path, monkeypatch):
+    """--kubeconfig (by its absolute path) and --context reach the run over the inventory's k8s_cluster_*; a
+    kubeconfig that is not there is a usage error before anything runs."""
+    seen = []
+
+    def fake_run(_playbook, opts, **_kw):
+        seen.append(opts.extravars)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli, "run_playbook", fake_run)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "admin.conf").write_text("apiVersion: v1\nkind: Config\n")
+    inventory = str(REPO / "inventories" / "c4140-k8s")
+    for verb in ("apply", "diff"):
+        argv = ["k8s", verb, "-i", inventory, "--kubeconfig", "admin.conf", "--context", "prod"]
+        result = CliRunner().invoke(main, argv)
+        assert result.exit_code == 0, result.output
+        assert (seen[-1]["k8s_cluster_kubeconfig"], seen[-1]["k8s_cluster_context"]) == (
+            str(tmp_path / "admin.conf"),
+            "prod",
+        )
+    result = CliRunner().invoke(main, ["k8s", "apply", "-i", inventory])
+    assert result.exit_code == 0 and "k8s_cluster_kubeconfig" not in seen[-1]  # the inventory's, or the default
+    missing = CliRunner().invoke(main, ["k8s", "apply", "-i", inventory, "--kubeconfig", "nowhere.conf"])
+    assert missing.exit_code == 5 and "nowhere.conf" in missing.output and len(seen) == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -171,16 +172,23 @@ class Inputs:
         return args + [f"--vault-password-file={f}" for f in self.vault_password_files]
 
 
-def ansible_options(func: Any, json_option: bool = True) -> Any:
-    """The options every verb that runs Ansible shares (--json: a summary on stdout; validate has its own)."""
+def ansible_options(func: Any, json_option: bool = True, modes: bool = True) -> Any:
+    """The options every verb that runs Ansible shares (--json: a summary on stdout; validate has its own; --check
+    and --diff where the verb does not always run in those modes: plan does)."""
     options = [
         *inventory_options(),
         click.option("-l", "--limit", help="Limit to hosts or groups (Ansible pattern)."),
         click.option("-t", "--tags", help="Only run tasks with these tags (comma-separated)."),
         click.option("--skip-tags", help="Skip tasks with these tags (comma-separated)."),
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; repeatable."),
-        click.option("--check", is_flag=True, help="Ansible check mode: change nothing."),
-        click.option("--diff", is_flag=True, help="Show file differences."),
+        *(
+            [
+                click.option("--check", is_flag=True, help="Ansible check mode: change nothing."),
+                click.option("--diff", is_flag=True, help="Show file differences."),
+            ]
+            if modes
+            else []
+        ),
         click.option("-v", "--verbose", "verbosity", count=True, help="Ansible verbosity (-v .. -vvvv)."),
         click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts."),
         click.option("--json", "json_mode", is_flag=True, help="Print a machine-readable summary on stdout."),
@@ -463,7 +471,8 @@ def _host_prefix(_ctx: click.Context, _param: click.Parameter, value: str) -> st
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--profile", "-p", required=True, help="Hardware profile (e.g. dgx-1, dell-c4140, lab).")
-@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of GPU nodes.")
+# No -n: in `nodeforge k8s` (as in kubectl) -n is --namespace.
+@click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 999), help="Number of GPU nodes.")
 @click.option(
     "--host-prefix",
     default="gpu-node",
@@ -606,7 +615,7 @@ def _register_plan(group: click.Group, upgrade_cli: Any) -> None:
     """`plan`, with `nodeforge upgrade`'s options for `plan --upgrade` (registered by _Main when first asked for)."""
 
     @group.command(name="plan", help=VERBS["plan"].help)
-    @ansible_options
+    @functools.partial(ansible_options, modes=False)  # plan always runs in check and diff mode
     @upgrade_cli.upgrade_options
     @click.option("--upgrade", "upgrade_mode", is_flag=True, help="Show the schedule of `nodeforge upgrade` instead.")
     def plan(upgrade_mode: bool, **kw: Any) -> None:

@@ -90,13 +90,47 @@ def render_inventory_reference() -> str:
     return "\n".join(out) + "\n"
 
 
+# The environment variables nodeforge reads (tests/test_docgen.py: every NODEFORGE_* the code reads is here).
+ENVIRONMENT = {
+    "NODEFORGE_STATE_DIR": "The state directory: run artifacts, the fact cache, SSH control sockets, the labs (default "
+    "$XDG_STATE_HOME/nodeforge, else ~/.local/state/nodeforge). Yours alone: docs/security.md.",
+    "XDG_STATE_HOME": "Where the default state directory goes (nodeforge under it).",
+    "NODEFORGE_KEEP_RUNS": "How many runs' artifacts are kept (default 10).",
+    "NODEFORGE_TRACEBACK": "Set to print the traceback of an unexpected error (exit 250).",
+    "NODEFORGE_BASE_IMAGE": "The lab's container node image (default localhost/nodeforge-debian12:latest).",
+    "NODEFORGE_VM_MEMORY_MB": "Memory of each VM lab node (default 1024).",
+    "NODEFORGE_VM_BOOT_TIMEOUT": "Seconds a VM lab node may take to answer SSH (default 300).",
+    "ANSIBLE_COLLECTIONS_PATH": "Further collections, after the nodeforge.gpu this package ships.",
+    "ANSIBLE_SKIP_TAGS, ANSIBLE_CONFIG": "Read as ansible-playbook reads them; a run that skips the validation play "
+    "(tags always or tagged) is checked before it starts.",
+    "ANSIBLE_SSH_CONTROL_PATH_DIR, ANSIBLE_STRATEGY, ANSIBLE_FORKS, ANSIBLE_PIPELINING": "The operator's own win over "
+    "nodeforge's settings (docs/ansible-settings.md); a control-path directory is held to the same checks.",
+}
+
+
+def render_tags() -> list[str]:
+    """Per playbook, the tags its plays and roles carry (what -t/--skip-tags select)."""
+    out = ["## Tags", "", "What `-t/--tags` and `--skip-tags` select, per playbook (`always`: every run).", ""]
+    out += ["| playbook | play or role | tags |", "| --- | --- | --- |"]
+    for path in sorted((content.collection_dir() / "playbooks").glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            if play.get("tags"):
+                out.append(f"| {path.name} | play: {play.get('name')} | {', '.join(play['tags'])} |")
+            for role in play.get("roles") or []:
+                if isinstance(role, dict) and role.get("tags"):
+                    out.append(f"| {path.name} | role {role['role']} | {', '.join(role['tags'])} |")
+    return [*out, ""]
+
+
 def render_cli_reference(group: click.Group) -> str:
     from nodeforge.runner import EXIT_MEANINGS
 
     out = ["# CLI reference", "", "Generated from the click commands by `tools/gen_docs.py`; do not edit.", ""]
     out += ["## Exit codes", "", "ansible-playbook's, for every verb:", "", "| code | meaning |", "| --- | --- |"]
     out += [f"| {code} | {meaning} |" for code, meaning in EXIT_MEANINGS.items()]
-    out.append("")
+    out += ["", "## Environment variables", "", "| variable | what it does |", "| --- | --- |"]
+    out += [f"| {name} | {meaning} |" for name, meaning in ENVIRONMENT.items()]
+    out += ["", *render_tags()]
 
     def walk(cmd: click.Command, path: list[str]) -> None:
         ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100)

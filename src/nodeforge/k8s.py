@@ -46,6 +46,23 @@ def _k8s_options(func: Any) -> Any:
     return func
 
 
+def _cluster_options(func: Any) -> Any:
+    """The API server to apply to, as kubectl names it (else the inventory's k8s_cluster_kubeconfig and
+    k8s_cluster_context)."""
+    func = click.option("--context", help="The kubeconfig context (k8s_cluster_context).")(func)
+    return click.option(
+        "--kubeconfig",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The kubeconfig on this machine (k8s_cluster_kubeconfig; default ~/.kube/config).",
+    )(func)
+
+
+def _cluster_vars(kubeconfig: Path | None, context: str | None) -> dict[str, str]:
+    found = {"k8s_cluster_kubeconfig": str(kubeconfig.resolve()) if kubeconfig else None}
+    found["k8s_cluster_context"] = context
+    return {name: value for name, value in found.items() if value is not None}
+
+
 def _run(name: str, verb: cli.Verb, kw: dict[str, Any], extravars: dict[str, Any]) -> None:
     json_mode = kw.pop("json_mode")
     sys.exit(cli.run_verb(f"k8s {name}", cli._inputs(kw), json_mode, spec=verb, extravars=extravars, **kw))
@@ -89,13 +106,15 @@ def register(main: click.Group) -> None:
 
     @k8s_group.command(name="apply", help=APPLY.help)
     @_k8s_options
-    def apply(**kw: Any) -> None:
-        _run("apply", APPLY, kw, {"k8s_cluster_action": "apply"})
+    @_cluster_options
+    def apply(kubeconfig: Path | None, context: str | None, **kw: Any) -> None:
+        _run("apply", APPLY, kw, {"k8s_cluster_action": "apply", **_cluster_vars(kubeconfig, context)})
 
     @k8s_group.command(name="diff", help=DIFF.help)
     @_k8s_options
-    def diff(**kw: Any) -> None:
-        _run("diff", DIFF, kw, {"k8s_cluster_action": "apply"})
+    @_cluster_options
+    def diff(kubeconfig: Path | None, context: str | None, **kw: Any) -> None:
+        _run("diff", DIFF, kw, {"k8s_cluster_action": "apply", **_cluster_vars(kubeconfig, context)})
 
     @k8s_group.command(name="job")
     @click.argument("kind", type=click.Choice(k8s_jobs.KINDS))
