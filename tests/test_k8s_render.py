@@ -191,7 +191,7 @@ def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_p
             }
         )
     )
-    run = k8s("apply", tmp_path, upstream_url, "c4140-k8s", "-e", f"k8s_cluster_kubeconfig={kubeconfig}")
+    run = k8s("apply", tmp_path, upstream_url, "c4140-k8s", "--kubeconfig", str(kubeconfig))
     assert run.returncode != 0
     result = json.loads(run.stdout)
     [failure] = result["failures"]
