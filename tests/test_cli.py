@@ -333,3 +333,11 @@ def test_init_counts_nodes_with_nodes_only(runner, tmp_path):
     assert runner.invoke(main, ["init", str(tmp_path / "c"), "-p", "dgx-1", "--nodes", "3"]).exit_code == 0
     hosts = yaml.safe_load((tmp_path / "c" / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     assert len(hosts) == 3
+
+
+def test_init_help_lists_every_profile(runner):
+    from nodeforge.collection import model
+
+    text = " ".join(runner.invoke(main, ["init", "--help"]).output.split())
+    listed = text.split("Hardware profile: ", 1)[1].split(".", 1)[0]
+    assert listed.split(", ") == sorted(model.profiles())

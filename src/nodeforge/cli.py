@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nodeforge import __version__, ansible_settings, lab, lab_vm, report, validate_report
+from nodeforge import __version__, ansible_settings, content, lab, lab_vm, report, validate_report
 from nodeforge.runner import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -454,6 +454,11 @@ def check(json_mode: bool, **kw: Any) -> None:
     sys.exit(EXIT_ERROR if problems else 0)
 
 
+def _profile_names() -> list[str]:
+    """The shipped hardware profiles, by their files (the collection itself is loaded only when a verb needs it)."""
+    return sorted(path.stem for path in (content.role_files("nodeforge") / "profiles").glob("*.yml"))
+
+
 # A host name is also its Kubernetes Node's name (k8s_node_labels): DNS labels of lowercase letters, digits and "-",
 # separated by dots; PREFIX-01 ends in a digit.
 _HOST_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]{0,60}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,59}[a-z0-9])?)*")
@@ -470,7 +475,12 @@ def _host_prefix(_ctx: click.Context, _param: click.Parameter, value: str) -> st
 
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--profile", "-p", required=True, help="Hardware profile (e.g. dgx-1, dell-c4140, lab).")
+@click.option(
+    "--profile",
+    "-p",
+    required=True,
+    help=f"Hardware profile: {', '.join(_profile_names())}.",
+)
 # No -n: in `nodeforge k8s` (as in kubectl) -n is --namespace.
 @click.option("--nodes", default=2, show_default=True, type=click.IntRange(1, 999), help="Number of GPU nodes.")
 @click.option(
