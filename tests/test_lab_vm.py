@@ -122,7 +122,9 @@ def _send_as(uid: int, path: Path) -> subprocess.CompletedProcess:
     frame = "bytes.fromhex('ffffffffffff5254004e0101') + bytes(52)"  # a broadcast Ethernet frame
     send = f"import socket, sys; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto({frame}, sys.argv[1])"
     setpriv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] if uid != os.getuid() else []
-    return subprocess.run([*setpriv, sys.executable, "-c", send, str(path)], capture_output=True, text=True)
+    # The system's Python: a pyenv one (a matrix leg's) loads its libpython from root's home, which uid 65534 cannot.
+    python = shutil.which("python3", path=os.defpath)
+    return subprocess.run([*setpriv, python, "-c", send, str(path)], capture_output=True, text=True)
 
 
 def test_a_private_link_takes_frames_from_the_lab_s_owner_only(monkeypatch):
