@@ -164,12 +164,17 @@ class Inputs:
             return self.read()
         except (click.BadParameter, Unparsable) as exc:
             if json_mode:
-                report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
+                print_json_error(exc)
             raise
 
     def vault_cmdline(self) -> list[str]:
         args = [f"--vault-id={v}" for v in self.vault_ids]
         return args + [f"--vault-password-file={f}" for f in self.vault_password_files]
+
+
+def print_json_error(exc: click.ClickException) -> None:
+    """Under --json, input refused before anything ran, on stdout as well: {"status": "error", "error": ...}."""
+    report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
 
 
 def ansible_options(func: Any, json_option: bool = True, modes: bool = True) -> Any:
@@ -289,9 +294,10 @@ class _Main(click.Group):
             click.echo("Aborted!", err=True)
             code = EXIT_INTERRUPTED
         except Exception as exc:  # a bug of nodeforge's: said in one line, with how to see more
-            if os.environ.get("NODEFORGE_TRACEBACK"):
+            wanted = bool(os.environ.get("NODEFORGE_TRACEBACK"))
+            if wanted:
                 traceback.print_exc()
-            where = "" if os.environ.get("NODEFORGE_TRACEBACK") else "; NODEFORGE_TRACEBACK=1 prints where"
+            where = "" if wanted else "; NODEFORGE_TRACEBACK=1 prints where"
             click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (a nodeforge bug{where})", err=True)
             code = EXIT_UNEXPECTED
         sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nodeforge import checks, cli, report
+from nodeforge import checks, cli
 from nodeforge.collection import k8s_validate, model
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: skip
@@ -389,5 +389,5 @@ def _check_output_dir(output: Path, json_mode: bool) -> None:
             safe_write.check_directory(output)
     except click.ClickException as exc:
         if json_mode:
-            report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
+            cli.print_json_error(exc)
         raise

@@ -221,18 +221,9 @@ class InventoryView:
         return cls(loader, inventory, VariableManager(loader=loader, inventory=inventory), sources)
 
     # Inventory files: each one parsed on its own, to know which file set a group's or a host's variables.
-    def _inventory_files(self, source: str) -> list[str]:
-        if os.path.isdir(source):
-            found = []
-            for name in sorted(os.listdir(source)):
-                if not IGNORED.search(to_bytes(name)):
-                    found += self._inventory_files(os.path.join(source, name))
-            return found
-        return [source] if os.path.exists(source) else []
-
     def files(self) -> list[str]:
         """The inventory files of the sources (a directory's, in Ansible's order)."""
-        return [path for source in self.sources if os.path.exists(source) for path in self._inventory_files(source)]
+        return [path for source in self.sources if os.path.exists(source) for path in _inventory_files(source)]
 
     def _read_inventory_files(self) -> None:
         files = self.files()
@@ -421,12 +412,15 @@ def load(
     return view
 
 
-def _yaml_files(source: str) -> list[str]:
-    """The YAML inventory files of a source (itself, or a directory's files as Ansible takes them)."""
+def _inventory_files(source: str) -> list[str]:
+    """The files of an inventory source: itself, or a directory's files as Ansible takes them (IGNORED left out)."""
     if os.path.isdir(source):
-        names = sorted(n for n in os.listdir(source) if not IGNORED.search(to_bytes(n)))
-        return [path for name in names for path in _yaml_files(os.path.join(source, name))]
-    return [source] if source.endswith((".yml", ".yaml")) and os.path.isfile(source) else []
+        found = []
+        for name in sorted(os.listdir(source)):
+            if not IGNORED.search(to_bytes(name)):
+                found += _inventory_files(os.path.join(source, name))
+        return found
+    return [source] if os.path.exists(source) else []
 
 
 def _source_problems(sources: list[str], unparsed: list[str], said: str) -> list[Problem]:
@@ -436,7 +430,7 @@ def _source_problems(sources: list[str], unparsed: list[str], said: str) -> list
             problems.append(Problem(source, "", "", "no such file or directory", "an inventory file or directory"))
         elif source in unparsed:
             # A YAML file that is no YAML: its file, line and column, as YAML says (Ansible's text varies by version).
-            files = _yaml_files(source)
+            files = [f for f in _inventory_files(source) if f.endswith((".yml", ".yaml")) and os.path.isfile(f)]
             broken = [error for error in map(yaml_syntax_error, files) if error]
             if broken:
                 problems += [Problem(where, "", "", what, "an inventory file YAML can parse") for where, what in broken]
@@ -496,7 +490,7 @@ def masked(problem: Problem, secrets: set[str]) -> Problem:
     found, expected = problem.found, problem.expected
     for text in sorted((t for t in secrets if t.strip()), key=len, reverse=True):
         bare = re.compile(rf"(?<!\w){re.escape(text)}(?!\w)")
-        for shown in (repr(text)[:77] + "...", repr(text)):
+        for shown in (_show(text), repr(text)):  # cut as _show cuts a long value, and whole
             found = found.replace(shown, SECRET)
         found = bare.sub(SECRET, found)
         if len(text) >= MASKED_IN_EXPECTED:
@@ -716,7 +710,7 @@ class Checker:
     # ---- the inventory's shape: a group no play targets, hosts in no group, placeholder addresses ------------
     def check_shape(self) -> None:
         inventory = self.view.inventory
-        sources, files = ", ".join(self.view.sources), self.view.files()
+        sources, files = ", ".join(self.view.sources), _uncommented_lines(self.view.files())
         for name, group in sorted(inventory.groups.items()):
             if name in (*NODEFORGE_GROUPS, "all", "ungrouped"):
                 continue
@@ -781,16 +775,23 @@ def _documentation_address(address: str) -> bool:
     return any(ip.version == net.version and ip in net for net in DOCUMENTATION_NETS)
 
 
-def _line_of(files: list[str], *texts: str) -> str:
-    """file:line of the first line of the inventory files holding one of texts (outside a comment); "" when none
-    does."""
+def _uncommented_lines(files: list[str]) -> dict[str, list[str]]:
+    """Each readable inventory file's lines, comments left out: read once for every _line_of of a check."""
+    found = {}
     for path in files:
         try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
+            found[path] = [line.split("#", 1)[0] for line in Path(path).read_text(encoding="utf-8").splitlines()]
         except (OSError, UnicodeError):
             continue
+    return found
+
+
+def _line_of(files: dict[str, list[str]], *texts: str) -> str:
+    """file:line of the first line of the inventory files (_uncommented_lines) holding one of texts; "" when none
+    does."""
+    for path, lines in files.items():
         for number, line in enumerate(lines, 1):
-            if any(text in line.split("#", 1)[0] for text in texts):
+            if any(text in line for text in texts):
                 return f"{path}:{number}"
     return ""
 
