@@ -15,8 +15,9 @@ module: k8s_objects
 short_description: The Kubernetes objects of one nodeforge cluster component, computed from the inventory
 description:
   - Computes the objects of the component (module_utils/k8s_objects.py) from the k8s_control host's variables (the
-    k8s_* settings, C(nodeforge_k8s_distribution), C(nodeforge_manifest_overrides)) and each C(gpu_nodes) host's
-    hardware profile, Node name and default runtime. The same function serves C(nodeforge k8s job).
+    k8s_* settings, C(nodeforge_k8s_distribution), the manifest overrides C(nodeforge_manifest_overrides) and
+    C(nodeforge_manifest_overrides_<suffix>)) and each C(gpu_nodes) host's hardware profile, Node name and default
+    runtime. The same function serves C(nodeforge k8s job).
   - Reads the upstream files it builds on from the controller (the role's files, the verified release manifest).
   - Runs on the controller and contacts no node and no API server.
 author: nodeforge
@@ -42,7 +43,7 @@ objects:
   type: list
   returned: always
 pins:
-  description: The version manifest's kubernetes section (nodeforge_manifest_overrides merged).
+  description: The version manifest's kubernetes section (the manifest overrides merged).
   type: dict
   returned: always
 values:
@@ -72,7 +73,7 @@ class ActionModule(ActionBase):
         component = args.get("component")
         files = args.get("files") or {}
         names = [name for name in model.all_vars() if name.startswith(("k8s_", "nodeforge_k8s_"))]
-        names.append("nodeforge_manifest_overrides")
+        names += model.manifest_override_names(task_vars)
         control = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
         hostvars = task_vars.get("hostvars", {})
         nodes = {}

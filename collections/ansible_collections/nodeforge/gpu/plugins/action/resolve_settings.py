@@ -16,12 +16,13 @@ module: resolve_settings
 short_description: A nodeforge role's effective settings (inventory, then profile, then manifest, then role default)
 description:
   - Computes the settings of a nodeforge.gpu role from the host's variables, its hardware profile and the version
-    manifest (with C(nodeforge_manifest_overrides)) through the collection's one configuration model
+    manifest (with C(nodeforge_manifest_overrides) and each C(nodeforge_manifest_overrides_<suffix>) merged over it,
+    in name order) through the collection's one configuration model
     (module_utils/model.py), the same one C(nodeforge check) and the validation play use, and returns them as the
     role's internal facts (C(__<role>_*)). Empty variables count as unset.
-  - Before resolving, refuses the role's variables and C(nodeforge_manifest_overrides) where a value would be unsafe
-    in the file it lands in (a control character such as a newline anywhere, or a value that does not match its
-    pattern in full), with the same messages as C(nodeforge check).
+  - Before resolving, refuses the role's variables and the manifest overrides where a value would be unsafe in the
+    file it lands in (a control character such as a newline anywhere, or a value that does not match its pattern in
+    full), and a manifest override that is no mapping, with the same messages as C(nodeforge check).
   - Runs on the controller and contacts no node.
 author: nodeforge
 options:
@@ -72,10 +73,16 @@ def _unsafe_values(role: str, variables: Mapping[str, Any]) -> str:
     (model.value_problems: full-match patterns, no control characters), before the role writes any of them."""
     found = []
     for name, spec in model.all_vars().items():
-        if (spec.role != role and name != "nodeforge_manifest_overrides") or name not in variables:
+        if spec.role != role or name not in variables or model.is_manifest_overrides(name):
             continue
         for path, value, expected in model.value_problems(name, variables[name]):
             shown = "********" if spec.no_log else value
+            found.append(f"{path}: found {shown}; expected {expected}")
+    overrides = {name: variables[name] for name in model.manifest_override_names(variables)}
+    for name, value, expected in model.manifest_override_problems(overrides):
+        found.append(f"{name}: found {value}; expected {expected}")
+    for name, value in overrides.items():
+        for path, shown, expected in model.value_problems(name, value):
             found.append(f"{path}: found {shown}; expected {expected}")
     return "; ".join(found)
 

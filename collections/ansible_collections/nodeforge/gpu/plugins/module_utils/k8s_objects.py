@@ -133,7 +133,7 @@ def _effective(name: str, variables: Mapping[str, Any]) -> Any:
 
 
 def cluster_from(control: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> Cluster:
-    """The Cluster of an inventory: the k8s_control host's variables (settings, nodeforge_manifest_overrides) and
+    """The Cluster of an inventory: the k8s_control host's variables (settings, the manifest overrides) and
     each GPU node's (profile, Node name, default runtime), as Ansible resolved them. The same for the roles (the
     action nodeforge.gpu.k8s_objects) and the CLI (nodeforge k8s job)."""
     settings = {
@@ -141,8 +141,10 @@ def cluster_from(control: Mapping[str, Any], nodes: Mapping[str, Mapping[str, An
         for name, spec in model.all_vars().items()
         if spec.role in K8S_ROLES or name.startswith("nodeforge_k8s_")
     }
-    overrides = plain(control.get("nodeforge_manifest_overrides"))
-    manifest = model.deep_merge(model.manifest(), overrides) if isinstance(overrides, Mapping) else model.manifest()
+    overrides = {name: plain(control[name]) for name in model.manifest_override_names(control)}
+    for name, found, expected in model.manifest_override_problems(overrides):
+        raise K8sConfigError(f"{name}: found {found}; expected {expected}")
+    manifest = model.manifest_with_overrides(overrides)
     found = []
     for host in sorted(nodes):
         variables = nodes[host]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -191,6 +191,73 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
     return result
 
 
+# The version manifest's overrides: nodeforge_manifest_overrides, then every nodeforge_manifest_overrides_<suffix>, each
+# deep-merged over the manifest in that order (the suffixed ones by name). Ansible's precedence gives each variable one
+# value (an -e value replaces the inventory's whole mapping): a suffixed variable is how -e @mirror.yml adds to what
+# group_vars set instead of replacing it. Merged here, once, for the roles (lookup nodeforge.gpu.manifest, action
+# resolve_settings), the cluster layer (k8s_objects) and `nodeforge check`.
+MANIFEST_OVERRIDES = "nodeforge_manifest_overrides"
+_MANIFEST_OVERRIDE_LAYER = re.compile(rf"{MANIFEST_OVERRIDES}_[A-Za-z0-9_]+")
+
+
+def is_manifest_overrides(name: Any) -> bool:
+    """nodeforge_manifest_overrides, or one of the nodeforge_manifest_overrides_<suffix> merged over it."""
+    return isinstance(name, str) and (name == MANIFEST_OVERRIDES or bool(_MANIFEST_OVERRIDE_LAYER.fullmatch(name)))
+
+
+def manifest_override_names(names: Iterable[Any]) -> list[str]:
+    """The manifest override variables among names, in the order they are merged over the version manifest:
+    nodeforge_manifest_overrides first, then each nodeforge_manifest_overrides_<suffix> by name (a later one wins)."""
+    return sorted({n for n in names if is_manifest_overrides(n)}, key=lambda n: (n != MANIFEST_OVERRIDES, n))
+
+
+def _plain_type(value: Any) -> str:
+    """The plain type a value's (maybe Ansible-tagged) type derives from, as messages name it."""
+    return next(
+        (t.__name__ for t in (bool, str, int, float, list, tuple) if isinstance(value, t)), type(value).__name__
+    )
+
+
+def manifest_override_problems(variables: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(variable, found, expected) for each manifest override variable of variables that is no mapping (an empty
+    one counts as {}, as the roles' `| default({}, true)` did)."""
+    return [
+        (
+            name,
+            f"{variables[name]!r} ({_plain_type(variables[name])})",
+            "a mapping, deep-merged over the version manifest",
+        )
+        for name in manifest_override_names(variables)
+        if not isinstance(variables[name], Mapping) and not is_empty(variables[name])
+    ]
+
+
+def manifest_with_overrides(variables: Mapping[str, Any], root: str | None = None) -> dict:
+    """The version manifest as the roles see it (nodeforge_manifest): the shipped one with each manifest override
+    variable of variables deep-merged over it in merge order (manifest_override_names). One that is no mapping is
+    left out here: `nodeforge check`, the roles and the cluster layer refuse it (manifest_override_problems)."""
+    result = manifest(root)
+    for name in manifest_override_names(variables):
+        value = variables[name]
+        if isinstance(value, Mapping):
+            result = deep_merge(result, value)
+    return result
+
+
+def manifest_override_source(variables: Mapping[str, Any], path: Sequence[str]) -> str | None:
+    """The manifest override variable whose value the effective manifest holds at path (its keys): the last one in
+    merge order that sets it; None when none does (the shipped manifest's value)."""
+    for name in reversed(manifest_override_names(variables)):
+        value = variables[name]
+        for key in path:
+            if not isinstance(value, Mapping) or key not in value:
+                break
+            value = value[key]
+        else:
+            return name
+    return None
+
+
 # Values that land in configuration files, apt/dnf sources, modprobe.d, unit files or command lines: each must match
 # its pattern in full (re.fullmatch: a trailing newline does not slip through as it does with `^...$`). The roles
 # assert the same patterns before they write (nodeforge.gpu.value_problems), and no string of any nodeforge
@@ -273,7 +340,7 @@ def value_problems(name: str, value: Any, path: str = "") -> list[tuple[str, str
 
 
 def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, str, str]]:
-    overrides = name == "nodeforge_manifest_overrides"
+    overrides = is_manifest_overrides(name)
     key_rule = VALUE_PATTERNS.get(f"{name}{{}}")
     item_rule = VALUE_PATTERNS.get(f"{name}[]")
     problems: list[tuple[str, str, str]] = []
@@ -304,7 +371,7 @@ def _mapping_problems(name: str, value: Mapping, path: str) -> list[tuple[str, s
         if checksum and not is_templated(item) and not _control(item) and not re.fullmatch(CHECKSUM, item):
             problems.append((where, repr(item), CHECKSUM_EXPECTED))
             continue
-        problems += value_problems("nodeforge_manifest_overrides" if overrides else "", item, where)
+        problems += value_problems(MANIFEST_OVERRIDES if overrides else "", item, where)
     return problems
 
 
@@ -333,16 +400,17 @@ MANIFEST_TABLES = {
 
 
 def override_problems(
-    overrides: Any, base: Any, path: str = "", name: str = "nodeforge_manifest_overrides"
+    overrides: Any, base: Any, path: str = "", name: str = MANIFEST_OVERRIDES
 ) -> list[tuple[str, str]]:
-    """Where nodeforge_manifest_overrides does not fit the version manifest (or nodeforge_profile_overrides the
-    hardware profiles, name=PROFILE_OVERRIDES, base=profile_shape()): (path, expected) pairs.
+    """Where nodeforge_manifest_overrides (or a nodeforge_manifest_overrides_<suffix>: name) does not fit the version
+    manifest (or nodeforge_profile_overrides the hardware profiles, name=PROFILE_OVERRIDES, base=profile_shape()):
+    (path, expected) pairs.
 
     Each overridden entry must have the base entry's shape (a mapping where the base has a mapping, a list where it
     has a list, a single value where it has one). New keys are welcome in the manifest's tables (MANIFEST_TABLES: a
     branch, a distribution); in its records, and anywhere in a profile, they are refused, with the closest known
     key."""
-    tables = MANIFEST_TABLES if name == "nodeforge_manifest_overrides" else {}
+    tables = MANIFEST_TABLES if is_manifest_overrides(name) else {}
     what = "the manifest's" if tables else "the hardware profiles'"
     label = f"{name}{'.' if path else ''}{path}"
     if not isinstance(overrides, Mapping):
@@ -428,10 +496,9 @@ class HostModel:
         self.variables = variables
         self.origins = origins if origins is not None else {}
         self.defaults = all_vars(root)
-        overrides = variables.get("nodeforge_manifest_overrides")
-        base = manifest(root)
-        # The roles see the manifest with the host's overrides merged in (roles/nodeforge/tasks/main.yml).
-        self.manifest = deep_merge(base, overrides) if isinstance(overrides, Mapping) else base
+        # The roles see the manifest with the host's overrides merged in (nodeforge_manifest, lookup
+        # nodeforge.gpu.manifest).
+        self.manifest = manifest_with_overrides(variables, root)
         profile = variables.get("nodeforge_profile")
         self.profile_name = str(profile) if isinstance(profile, str) else ""
         # The roles see the profile with nodeforge_profile_overrides merged in, as nodeforge_hw.
@@ -444,6 +511,16 @@ class HostModel:
     def origin(self, name: str) -> str:
         return self.origins.get(name, f"host {self.host}")
 
+    def manifest_origin(self, path: str) -> str:
+        """Where the effective manifest's entry at path (dotted: ofed.doca.key_fingerprints) comes from: the manifest
+        override variable that sets it, with where that variable was set, else the shipped version manifest."""
+        name = manifest_override_source(self.variables, path.split("."))
+        if name is None:
+            return f"version manifest {path}"
+        origin, label = self.origin(name), f"{name} {path}"
+        # On the node (resolve_settings) a variable's origin is its name.
+        return label if origin == name else f"{origin} ({label})"
+
     def get(self, name: str) -> Value | None:
         """The effective value (typed as its argument spec says: model.typed), or None when unset or templated (a
         template's value is only known on the node)."""
@@ -454,17 +531,11 @@ class HostModel:
             return Value(self.profile["defaults"][name], f"profile {self.profile_name} (default)", False)
         if name in MANIFEST_DEFAULTS:
             section, key = MANIFEST_DEFAULTS[name]
-            value = (self.manifest.get(section) or {}).get(key)
+            value = table(self.manifest, section).get(key)
             if not is_empty(value):
-                overrides = self.variables.get("nodeforge_manifest_overrides")
-                table = overrides.get(section) if isinstance(overrides, Mapping) else None
-                if isinstance(table, Mapping) and key in table:
-                    origin = self.origin("nodeforge_manifest_overrides")
-                    label = f"nodeforge_manifest_overrides {section}.{key}"
-                    return Value(
-                        value, label if origin == "nodeforge_manifest_overrides" else f"{origin} ({label})", False
-                    )
-                return Value(value, f"version manifest {section}.{key} (default)", False)
+                if manifest_override_source(self.variables, (section, key)) is None:
+                    return Value(value, f"version manifest {section}.{key} (default)", False)
+                return Value(value, self.manifest_origin(f"{section}.{key}"), False)
         spec = self.defaults.get(name)
         if spec is not None and not is_empty(spec.default):
             return Value(spec.default, f"role {spec.role} (default)", False)

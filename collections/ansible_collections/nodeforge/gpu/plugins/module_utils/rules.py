@@ -13,7 +13,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
-from ansible_collections.nodeforge.gpu.plugins.module_utils.model import HostModel, Value, as_bool, is_empty, table
+from ansible_collections.nodeforge.gpu.plugins.module_utils.model import (
+    MANIFEST_OVERRIDES,
+    HostModel,
+    Value,
+    as_bool,
+    is_empty,
+    manifest_override_source,
+    table,
+)
 
 PRE_TURING = ("kepler", "maxwell", "pascal", "volta")
 LAST_BRANCH_PRE_TURING = 580
@@ -44,6 +52,12 @@ def _os_name(ctx: HostModel) -> str:
 def rule(func: Rule) -> Rule:
     RULES.append(func)
     return func
+
+
+def _overridden(ctx: HostModel, path: str) -> str:
+    """The manifest override variable that sets the effective manifest's entry at path (dotted), "" when the shipped
+    manifest's value stands: a problem with a manifest value names the variable that put it there."""
+    return manifest_override_source(ctx.variables, path.split(".")) or ""
 
 
 # Warnings: what check reports without refusing (a verification the operator turned off, on purpose or not).
@@ -130,11 +144,17 @@ def choices_supported_by_os(ctx: HostModel) -> Iterator[Violation]:
         supported = choices.get(str(choice.value)) if isinstance(choices, dict) else None
         if supported is not None and os_name not in supported:
             usable = [c for c, oses in choices.items() if os_name in (oses or [])]
+            path = f"os_support.{variable}.{choice.value}"
             yield Violation(
                 choice.origin,
                 variable,
                 f"{choice.value!r} on nodeforge_os {os_name} (from {os_value.origin})",
-                f"a choice {os_name} can use: {', '.join(usable) or 'none'}",
+                f"a choice {os_name} can use: {', '.join(usable) or 'none'}"
+                + (
+                    f" (the OSes {choice.value} supports from {ctx.manifest_origin(path)})"
+                    if _overridden(ctx, path)
+                    else ""
+                ),
             )
 
 
@@ -147,12 +167,15 @@ def distro_ships_the_branch(ctx: HostModel) -> Iterator[Violation]:
         return
     shipped = [str(b) for b in table(ctx.manifest, "nvidia_driver", "distro_branches").get(str(os_value.value)) or []]
     if shipped and str(found[0]) not in shipped:
+        path = f"nvidia_driver.distro_branches.{os_value.value}"
+        listed = (
+            ctx.manifest_origin(path) if _overridden(ctx, path) else "version manifest nvidia_driver.distro_branches"
+        )
         yield Violation(
             found[1].origin,
             "nvidia_driver_branch",
             f"{found[0]} with nvidia_driver_source distro on nodeforge_os {os_value.value} (from {os_value.origin})",
-            f"a branch {os_value.value} ships ({', '.join(shipped)}; version manifest nvidia_driver.distro_branches), "
-            "or nvidia_driver_source cuda_repo",
+            f"a branch {os_value.value} ships ({', '.join(shipped)}; {listed}), or nvidia_driver_source cuda_repo",
         )
 
 
@@ -166,10 +189,12 @@ def _unverified_tarball(ctx: HostModel, prefix: str, section: str, why: str, dec
     for field in ("url", "checksum"):
         own = ctx.get(f"{prefix}_{field}")
         if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
+            path = f"{section}.{field}"
+            emptied = f"; {path} left empty by {ctx.manifest_origin(path)}" if _overridden(ctx, path) else ""
             yield Violation(
                 own.origin if own else deciding.origin,
                 f"{prefix}_{field}",
-                f"no {field} for the {section.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin})",
+                f"no {field} for the {section.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin}{emptied})",
                 f"{prefix}_{field}, or {section}.{field} in nodeforge_manifest_overrides"
                 + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
             )
@@ -234,10 +259,21 @@ def grid_driver_is_named(ctx: HostModel) -> Iterator[Violation]:
     # The Licensing Portal package is installed without a signed repository: its checksum is what vouches for it.
     missing += [f"{fmt}.checksum" for fmt in named if is_empty(table(grid, fmt).get("checksum"))]
     if missing:
+        # The override variables that left an entry empty (init's FILL IN placeholders), with where each was set.
+        emptied: dict[str, list[str]] = {}
+        for field in missing:
+            for one in [f"{fmt}.url" for fmt in formats] if field == f"{'|'.join(formats)}.url" else [field]:
+                name = _overridden(ctx, f"nvidia_driver.grid.{one}")
+                if name:
+                    emptied.setdefault(name, []).append(one)
+        left = "".join(
+            f"; left empty by {name}{'' if ctx.origin(name) == name else f' ({ctx.origin(name)})'}: {', '.join(fields)}"
+            for name, fields in emptied.items()
+        )
         yield Violation(
             origin,
-            "nodeforge_manifest_overrides",
-            "no GRID guest driver: version manifest nvidia_driver.grid lacks " + ", ".join(missing),
+            MANIFEST_OVERRIDES,
+            "no GRID guest driver: version manifest nvidia_driver.grid lacks " + ", ".join(missing) + left,
             "nvidia_driver.grid.{version, package, deb|rpm: {url, checksum}} naming your local copy of the "
             "Licensing Portal package (nodeforge_manifest_overrides)",
         )
@@ -364,11 +400,17 @@ def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
         return
     cuda_repo = table(ctx.manifest, "nvidia_driver", "cuda_repo")
     if is_empty(cuda_repo.get("keyring_checksum")) and not cuda_repo.get("keyring_fingerprints"):
+        checksum, fingerprints = (
+            "nvidia_driver.cuda_repo.keyring_checksum",
+            "nvidia_driver.cuda_repo.keyring_fingerprints",
+        )
+        emptied = f" (keyring_fingerprints emptied by {ctx.manifest_origin(fingerprints)})"
         yield Violation(
-            "version manifest nvidia_driver.cuda_repo.keyring_checksum",
-            "nodeforge_manifest_overrides",
-            "neither a checksum nor a key fingerprint for cuda-keyring: the repository's trust anchor is installed on"
-            " HTTPS alone",
+            ctx.manifest_origin(checksum),
+            _overridden(ctx, checksum) or _overridden(ctx, fingerprints) or MANIFEST_OVERRIDES,
+            "neither a checksum nor a key fingerprint for cuda-keyring"
+            + (emptied if _overridden(ctx, fingerprints) else "")
+            + ": the repository's trust anchor is installed on HTTPS alone",
             "nvidia_driver.cuda_repo.keyring_fingerprints: [<40 hex digits>] of the key you checked out of band (or"
             " keyring_checksum: sha256:<hex> of the .deb)",
         )
@@ -376,9 +418,10 @@ def cuda_keyring_is_verified(ctx: HostModel) -> Iterator[Violation]:
 
 def _unpinned(ctx: HostModel, section: str, key: str, what: str) -> Iterator[Violation]:
     if not table(ctx.manifest, *section.split(".")).get(key):
+        path = f"{section}.{key}"
         yield Violation(
-            f"version manifest {section}.{key}",
-            "nodeforge_manifest_overrides",
+            ctx.manifest_origin(path),
+            _overridden(ctx, path) or MANIFEST_OVERRIDES,
             f"no fingerprint pinned for the {what} signing key: it is trusted on its download alone",
             f"{section}.{key}: [<40 hex digits>] of the key you checked out of band",
         )
@@ -393,8 +436,8 @@ def signing_keys_are_pinned(ctx: HostModel) -> Iterator[Violation]:
         yield from _unpinned(ctx, "ofed.doca", "key_fingerprints", "DOCA repository")
         if table(ctx.manifest, "ofed", "doca").get("repo_gpgcheck") is False:
             yield Violation(
-                "version manifest ofed.doca.repo_gpgcheck",
-                "nodeforge_manifest_overrides",
+                ctx.manifest_origin("ofed.doca.repo_gpgcheck"),
+                _overridden(ctx, "ofed.doca.repo_gpgcheck") or MANIFEST_OVERRIDES,
                 "false: dnf does not verify the DOCA repository's metadata signature",
                 "true (the default), with a mirror that keeps repomd.xml.asc",
             )

@@ -306,7 +306,7 @@ class InventoryView:
             return []
         return sorted(h.name for h in self.inventory.groups[group].get_hosts())
 
-    def _candidates(self, host: str) -> list[Definition]:
+    def candidates(self, host: str) -> list[Definition]:
         """The host's definitions from lowest to highest precedence (Ansible's variable precedence list)."""
         groups = sort_groups(self.inventory.hosts[host].get_groups())
         ordered = [d for g in groups for d in self.group_defs.get(g.name, [])]
@@ -322,7 +322,7 @@ class InventoryView:
             self.variable_manager.get_vars(host=self.inventory.hosts[host], include_hostvars=False), self.extra_vars
         )
         candidates: dict[str, list[Definition]] = defaultdict(list)
-        for d in self._candidates(host):
+        for d in self.candidates(host):
             candidates[d.name].append(d)
         variables, origins = {}, {}
         for name, defs in candidates.items():
@@ -636,6 +636,9 @@ class Checker:
             self.check_profile_name(d.where, d.scope, value, bool(vaulted))
             return
         spec = self.known.get(name)
+        if spec is None and model.is_manifest_overrides(name):
+            # nodeforge_manifest_overrides_<suffix>: merged over nodeforge_manifest_overrides, checked as it is.
+            spec = self.known.get(MANIFEST_OVERRIDES)
         if spec is None:
             ours = name.startswith(self.prefixes)
             close = difflib.get_close_matches(name, list(self.known), n=1, cutoff=0.6 if ours else 0.85)
@@ -654,8 +657,9 @@ class Checker:
             # Values that land in files: full-match patterns, no control characters (a newline adds a line).
             for path, found, expected in model.value_problems(name, value):
                 self.add(d.where, d.scope, path, SECRET if spec.no_log or vaulted else found, expected)
-        if name in OVERRIDE_BASES and value is not None and not problems:
-            for path, expected in model.override_problems(value, OVERRIDE_BASES[name](), name=name):
+        base = _override_base(name)
+        if base is not None and value is not None and not problems:
+            for path, expected in model.override_problems(value, base(), name=name):
                 found = _at(value, path.split(".")[1:])
                 self.add(d.where, d.scope, path, f"{_show(found, bool(vaulted))} ({_kind(found)})", expected)
 
@@ -694,9 +698,10 @@ class Checker:
             if model.is_empty(variables.get("nodeforge_profile")):
                 merged[(where, "nodeforge_profile", "nothing", "a hardware profile")].append(host)
                 continue
-            if any(
-                variables.get(name) is not None and model.override_problems(variables[name], base(), name=name)
-                for name, base in OVERRIDE_BASES.items()
+            if model.manifest_override_problems(variables) or any(
+                variables[name] is not None and model.override_problems(variables[name], base(), name=name)
+                for name, base in ((n, _override_base(n)) for n in variables)
+                if base is not None
             ):
                 continue  # the rules read the overridden manifest and profile: their problems are reported where set
             host_model = model.HostModel(host, variables, origins)
@@ -704,8 +709,45 @@ class Checker:
                 merged[(v.where, v.variable, v.found, v.expected)].append(host)
             for v in rules.evaluate_warnings(host_model):
                 cautions[(v.where, v.variable, v.found, v.expected)].append(host)
+            for caution in self.replaced_overrides(host, variables, origins):
+                cautions[caution].append(host)
         self.problems += _attributed(merged)
         self.warnings += _attributed(cautions)
+
+    def replaced_overrides(
+        self, host: str, variables: Mapping[str, Any], origins: Mapping[str, str]
+    ) -> list[tuple[str, str, str, str]]:
+        """(origin, variable, found, expected) where a manifest override variable set in several places drops entries:
+        Ansible's precedence keeps one value whole (-e nodeforge_manifest_overrides replaces group_vars' GRID
+        location), so what the others set is lost unless it moves to a nodeforge_manifest_overrides_<suffix>."""
+        found = []
+        for name in model.manifest_override_names(variables):
+            value = variables[name]
+            if not isinstance(value, Mapping):
+                continue
+            for d in self.view.candidates(host):
+                if d.name != name or d.origin == origins.get(name):
+                    continue
+                try:
+                    other = plain(d.value)
+                except AnsibleError:
+                    continue  # a vaulted value that does not open: a problem of its own
+                dropped = [path for path in _leaf_paths(other) if _at(value, path, _MISSING) is _MISSING]
+                if not dropped:
+                    continue
+                shown = ", ".join(".".join(map(str, path)) for path in dropped[:4])
+                more = f" and {len(dropped) - 4} more" if len(dropped) > 4 else ""
+                found.append(
+                    (
+                        origins.get(name, ""),
+                        name,
+                        f"a mapping that replaces the {name} of {d.origin} whole (Ansible's variable precedence): its "
+                        f"{shown}{more} are not applied",
+                        f"one {name}, or the entries to add in a variable of their own, nodeforge_manifest_overrides_"
+                        "<suffix> (deep-merged over nodeforge_manifest_overrides, in name order)",
+                    )
+                )
+        return found
 
     # ---- the inventory's shape: a group no play targets, hosts in no group, placeholder addresses ------------
     def check_shape(self) -> None:
@@ -759,7 +801,7 @@ class Checker:
         return self.problems
 
 
-MANIFEST_OVERRIDES = "nodeforge_manifest_overrides"
+MANIFEST_OVERRIDES = model.MANIFEST_OVERRIDES
 # The groups nodeforge's playbooks target.
 NODEFORGE_GROUPS = (model.WORKER_GROUP, model.SCALE_CLIENT_GROUP, "k8s_control")
 DOCUMENTATION_NETS = tuple(
@@ -796,14 +838,32 @@ def _line_of(files: dict[str, list[str]], *texts: str) -> str:
     return ""
 
 
-# The variables deep-merged over shipped data, and the data each must fit (model.override_problems).
+# The variables deep-merged over shipped data, and the data each must fit (model.override_problems); each
+# nodeforge_manifest_overrides_<suffix> fits the manifest too.
 OVERRIDE_BASES = {MANIFEST_OVERRIDES: model.manifest, model.PROFILE_OVERRIDES: model.profile_shape}
 
 
-def _at(value: Any, keys: list[str]) -> Any:
+def _override_base(name: str) -> Any:
+    """The shipped data the variable is deep-merged over (a function returning it), None for other variables."""
+    return model.manifest if model.is_manifest_overrides(name) else OVERRIDE_BASES.get(name)
+
+
+_MISSING = object()
+
+
+def _at(value: Any, keys: list[str], missing: Any = None) -> Any:
     for key in keys:
-        value = value.get(key) if isinstance(value, Mapping) else None
+        if not isinstance(value, Mapping) or key not in value:
+            return missing
+        value = value[key]
     return value
+
+
+def _leaf_paths(value: Any, path: tuple = ()) -> list[tuple]:
+    """The key paths of a mapping's entries that are no (non-empty) mapping: what it sets."""
+    if not isinstance(value, Mapping) or (not value and path):
+        return [path] if path else []
+    return [leaf for key, item in value.items() for leaf in _leaf_paths(item, (*path, key))]
 
 
 def _vault_hint(exc: AnsibleError) -> str:
