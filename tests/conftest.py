@@ -29,6 +29,7 @@ LONG_TESTS = {
     "test_scenario[nvidia_driver_distro]": 690,
     "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 560,
     "test_scenario[gpudirect_rdma]": 135,
+    "test_a_fresh_venv_runs_the_cli_and_the_collection_outside_the_repository": 90,
     "test_scenario[nvidia_driver_cuda_repo]": 120,
     "test_scenario[nvidia_container_toolkit_custom]": 100,
     "test_scenario[selinux_modules]": 100,

@@ -196,3 +196,108 @@ def test_cli_runs_every_targeted_host_at_once(tmp_path, state_dir, monkeypatch):
         assert result.exit_code == 0, result.output
         artifacts = json.loads(result.stdout)["artifacts"]
         assert _most_at_once(artifacts, "Wait beside the other hosts") == (8, at_once), argv
+
+
+def _ansible_config_list(*args: str) -> dict:
+    tool = Path(shutil.which("ansible-config", path=os.path.dirname(os.sys.executable)) or "ansible-config")
+    proc = subprocess.run([str(tool), "list", "--format", "json", *args], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_each_setting_names_every_place_ansible_reads_it(tmp_path):
+    """A shipped setting steps back when the operator set it anywhere Ansible reads it: its ansible.cfg keys and
+    environment variables are Ansible's own, as `ansible-config list` (the base settings and the ssh connection's
+    options) gives them."""
+    base = _ansible_config_list()
+    ssh = _ansible_config_list("-t", "connection")["PLUGINS"]["connection"]["ssh"]
+    # A setting Ansible defines twice (pipelining: a base setting and the ssh connection's option) is read from both.
+    found: dict[str, tuple[set, set]] = {}
+    for entry in [*base.values(), *ssh.values()]:
+        names = {e["name"] for e in entry.get("env") or []}
+        keys = {(i["section"], i["key"]) for i in entry.get("ini") or []}
+        for name in names:
+            known = found.setdefault(name, (set(), set()))
+            known[0].update(names)
+            known[1].update(keys)
+    for setting in ansible_settings.settings(tmp_path):
+        names, keys = found[setting.name]
+        assert set(setting.ini) == keys, setting.name
+        assert {setting.name, *setting.aliases} == names, setting.name
+    assert ("defaults", "forks") in {(i["section"], i["key"]) for i in base["DEFAULT_FORKS"]["ini"]}
+    assert ansible_settings.FORKS_INI == ("defaults", "forks")
+
+
+def _cfg(path: Path, text: str) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "ansible.cfg").write_text(text)
+    return path / "ansible.cfg"
+
+
+def test_the_operator_s_ansible_cfg_is_found_in_ansible_s_order(tmp_path, monkeypatch):
+    """ANSIBLE_CONFIG (a file or a directory), the working directory's (not a world-writable one's, which Ansible
+    ignores), ~/.ansible.cfg, /etc/ansible/ansible.cfg."""
+    home, work, named = tmp_path / "home", tmp_path / "work", tmp_path / "named"
+    monkeypatch.setenv("HOME", str(home))
+    home.mkdir()
+    (home / ".ansible.cfg").write_text("[defaults]\n")
+    in_work = _cfg(work, "[defaults]\n")
+    in_named = _cfg(named, "[defaults]\n")
+    find = ansible_settings.operator_config
+    assert find({"ANSIBLE_CONFIG": str(in_named)}, work) == in_named
+    assert find({"ANSIBLE_CONFIG": str(named)}, work) == in_named
+    assert find({}, work) == in_work
+    assert find({}, tmp_path / "elsewhere") == home / ".ansible.cfg"
+    work.chmod(0o777)
+    assert find({}, work) == home / ".ansible.cfg"
+    (home / ".ansible.cfg").unlink()
+    etc = Path("/etc/ansible/ansible.cfg")
+    assert find({}, tmp_path / "elsewhere") == (etc if etc.is_file() else None)
+
+
+def test_what_the_operator_s_ansible_cfg_sets_is_theirs(tmp_path):
+    config = ansible_settings.read_config(
+        _cfg(tmp_path, "[defaults]\ngathering = explicit ; ours\nforks = 7\n[ssh_connection]\npipelining = False\n")
+    )
+    chosen = ansible_settings.environment(tmp_path, {}, config)
+    assert "ANSIBLE_GATHERING" not in chosen and "ANSIBLE_PIPELINING" not in chosen
+    assert chosen["ANSIBLE_SSH_ARGS"].startswith("-C -o ControlMaster=auto")
+    assert ansible_settings.forks({}, config) is None
+    assert ansible_settings.forks({}, ansible_settings.read_config(_cfg(tmp_path / "b", "[defaults]\n"))) == 64
+    # The ansible.cfg's fact cache is the one the run uses: ansible-runner is told it, not its own per-run directory.
+    cached = ansible_settings.read_config(_cfg(tmp_path / "c", "[defaults]\nfact_caching_connection = ~/facts\n"))
+    assert ansible_settings.fact_cache(tmp_path, {}, cached) == {
+        "fact_cache_type": "jsonfile",
+        "fact_cache": os.path.expanduser("~/facts"),
+    }
+    redis = ansible_settings.read_config(_cfg(tmp_path / "d", "[defaults]\nfact_caching = redis\n"))
+    assert ansible_settings.fact_cache(tmp_path, {}, redis) == {"fact_cache_type": "redis"}
+
+
+@pytest.mark.slow
+def test_an_ansible_cfg_where_the_operator_works_wins_over_the_shipped_settings(local_inventory, tmp_path, monkeypatch):
+    """ansible-playbook runs in the playbook's directory, yet reads the ansible.cfg of the directory nodeforge was run
+    from: what it sets wins over nodeforge's settings, the operator's environment wins over it, and the rest stay."""
+    sockets = tmp_path / "sockets"
+    sockets.mkdir(mode=0o700)
+    work = tmp_path / "site"
+    _cfg(
+        work,
+        f"[defaults]\ngathering = explicit\nfact_caching_connection = {tmp_path / 'site-facts'}\n"
+        f"[ssh_connection]\npipelining = False\ncontrol_path_dir = {sockets}\n",
+    )
+    monkeypatch.chdir(work)
+    result = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
+    assert result.exit_code == EXIT_OK, result.error
+    reported = _reported(result.artifacts, "Report the effective settings")
+    assert reported == {
+        "pipelining": False,
+        "gathering": "explicit",
+        "cache_plugin": "jsonfile",
+        "cache_connection": str(tmp_path / "site-facts"),
+        "strategy": "linear",
+        "control_path_dir": str(sockets),
+    }
+    monkeypatch.setenv("ANSIBLE_GATHERING", "implicit")
+    again = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
+    reported = _reported(again.artifacts, "Report the effective settings")
+    assert reported["gathering"] == "implicit" and reported["pipelining"] is False

@@ -129,5 +129,5 @@ def test_render_writes_the_values_and_labels_of_a_mixed_cluster(tmp_path, upstre
     assert nodes["dgxh100-02"][k8s_objects.DEPLOY_DRIVER] == "false"
     assert k8s_objects.DEPLOY_DRIVER not in nodes["dgxh100-01"]
     assert independent_problems(list(rendered.values())) == []
-    notices = " ".join(" ".join(texts) for texts in json.loads(run.stdout)["notices"].values())
+    notices = " ".join(notice["text"] for notice in json.loads(run.stdout)["notices"])
     assert "helm install gpu-operator nvidia/gpu-operator --version v26.7.0" in " ".join(notices.split())

@@ -133,8 +133,9 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
     for obj in release:
         assert obj in objects, f"{obj['kind']} {obj['metadata']['name']}"
     result = json.loads(run.stdout)
-    notices = " ".join(" ".join(texts) for texts in result["notices"].values())
+    notices = " ".join(notice["text"] for notice in result["notices"])
     assert f"{len(files) + 1} files in {out} ({len(files)} objects and kustomization.yaml)" in notices
+    assert result["files"] == sorted(str(out / name) for name in [*files, "kustomization.yaml"])
 
 
 def test_render_is_byte_identical_across_runs(tmp_path, upstream_url):

@@ -654,7 +654,7 @@ def test_render_of_a_redbook_style_inventory_has_the_scale_objects_and_no_passwo
     for node in nodes:
         assert node["metadata"]["labels"]["scale"] == "true"
         assert node["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
-    notices = " ".join(" ".join(n) for n in json.loads(run.stdout)["notices"].values())
+    notices = " ".join(n["text"] for n in json.loads(run.stdout)["notices"])
     assert f"({len(objects)} objects and kustomization.yaml)" in notices
     assert "2 Secret(s) not written (nodeforge k8s render --include-secrets writes them, mode 0600)" in notices
     assert leaks([run.stdout, run.stderr], state_dir) == []

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 import yaml
@@ -126,7 +127,7 @@ def ssh_path_is_the_real_one(lab_name: str, nodes: list[str]) -> None:
         keys.append(own[1])
         # And the provision went through the node's sshd, with the lab's key.
         log = lab._podman("exec", host, "journalctl", "-u", "ssh.service", "--no-pager").stdout
-        assert "Accepted publickey for root from" in log, log[-2000:]
+        assert f"Accepted publickey for {lab.login_user(host)} from" in log, log[-2000:]
     assert len(set(keys)) == len(nodes)  # one host key per node
     assert len(known_hosts) == len(nodes)
 
@@ -249,6 +250,75 @@ def host_key_checking_is_on(lab_name: str, nodes: list[str], tmp_path) -> None:
     [failure] = result.failures
     assert failure.host == nodes[0] and failure.unreachable
     assert "Host key verification failed" in failure.message, failure.message
+
+
+def _journal(host: str, since: str) -> str:
+    return lab._podman("exec", host, "journalctl", "--no-pager", "-q", "--since", since).stdout
+
+
+def _now(host: str) -> str:
+    return lab._podman("exec", host, "date", "+%Y-%m-%d %H:%M:%S").stdout.strip()
+
+
+def _as_admin(lab_name: str, tmp_path, hosts: list[str]) -> Path:
+    """The lab's inventory without the user it logs into these hosts as and the password it escalates with: the
+    run's -u and -K say them, as at a site where the operator connects as themselves."""
+    data = yaml.safe_load(lab.inventory_path(lab_name).read_text())
+    for host in hosts:
+        data["all"]["children"]["gpu_nodes"]["hosts"][host].pop("ansible_user")
+        data["all"]["children"]["gpu_nodes"]["hosts"][host].pop("ansible_become_password", None)
+    inventory = tmp_path / "as-admin.yml"
+    inventory.write_text(yaml.safe_dump(data))
+    return inventory
+
+
+def become_works_as_sites_have_it(lab_name: str, nodes: list[str], tmp_path) -> None:
+    """The lab's admin user, as an operator meets one: on node 1 root cannot log in and sudo asks a password, which
+    `provision -u admin -b --ask-become-pass` asks once, from a terminal (a pty here), and hands to ansible-playbook;
+    on node 2 sudo asks none. Each node's own journal says who logged in and what sudo ran."""
+    import pexpect
+
+    first, second = nodes[0], nodes[1]
+    denied = subprocess.run(
+        lab.ssh_command(lab_name, _published_port(first), "true", user="root"), capture_output=True, text=True
+    )
+    assert denied.returncode == 255 and "Permission denied" in denied.stderr, denied.stderr
+    inventory = _as_admin(lab_name, tmp_path, [first, second])
+    password = lab.become_password_file(lab_name).read_text().strip()
+    nodeforge = str(Path(sys.executable).parent / "nodeforge")
+    since = _now(first)
+    summary = tmp_path / "as-admin.json"
+    # The summary to a file, the prompt (stderr) to the terminal.
+    argv = ["provision", "-i", str(inventory), "-l", first, "-u", "admin", "-b", "--ask-become-pass", "--json"]
+    command = " ".join([nodeforge, *argv]) + f" > {summary}"
+    child = pexpect.spawn("/bin/sh", ["-c", command], encoding="utf-8", timeout=600)
+    child.expect("BECOME password: ")
+    child.sendline(password)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    hosts = json.loads(summary.read_text())["hosts"]
+    assert list(hosts) == [first] and hosts[first]["changed"] == 0 and hosts[first]["ok"] > 0, hosts
+    # The run may ride the SSH master the lab's own runs as admin left open (ControlPersist): its mark is sudo's, as
+    # admin (root cannot log in here at all: a run that ignored -u would have been unreachable).
+    log = _journal(first, since)
+    assert "Accepted publickey for root" not in log, log[-2000:]
+    assert "admin : PWD=/home/admin ; USER=root ; COMMAND=" in log, log[-2000:]
+    assert password not in log and "authentication failure" not in log, log[-2000:]
+    # A wrong password: ansible-playbook's own verdict for the host, exit 2.
+    child = pexpect.spawn(nodeforge, ["preflight", "-i", str(inventory), "-l", first, "-u", "admin", "-K"],
+                          encoding="utf-8", timeout=300, dimensions=(50, 250))  # fmt: skip
+    child.expect("BECOME password: ")
+    child.sendline("not-" + password)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2 and "Incorrect sudo password" in child.before, child.before
+    # Node 2: sudo without a password, -u and -b alone.
+    since = _now(second)
+    run = CliRunner().invoke(main, ["preflight", "-i", str(inventory), "-l", second, "-u", "admin", "-b", "--json"])
+    assert run.exit_code == 0, run.output
+    log = _journal(second, since)
+    assert "Accepted publickey for admin from" in log and "USER=root ; COMMAND=" in log, log[-2000:]
 
 
 @pytest.mark.matrix

@@ -74,7 +74,17 @@ def test_written_inventory_reaches_each_node_over_ssh(state_dir):
     path = lab.write_inventory("t", sorted(ports), mirror=False, ports=ports)
     assert _mode(path.parent) == 0o700
     group = yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]
-    assert group["vars"]["ansible_connection"] == "ssh" and group["vars"]["ansible_user"] == "root"
+    assert group["vars"]["ansible_connection"] == "ssh" and "ansible_user" not in group["vars"]
+    # Node 1 is reached as the admin user (root cannot log in there), the others as root.
+    assert {node: group["hosts"][node]["ansible_user"] for node in ports} == {
+        "nodeforge-t-1": "admin",
+        "nodeforge-t-2": "root",
+    }
+    # sudo asks admin's password on node 1: read from the lab's 0600 file when a run needs it, never written here.
+    assert group["hosts"]["nodeforge-t-1"]["ansible_become_password"] == (
+        f"{{{{ lookup('ansible.builtin.file', \"{lab.become_password_file('t')}\") }}}}"
+    )
+    assert "ansible_become_password" not in group["hosts"]["nodeforge-t-2"]
     assert "podman" not in path.read_text()
     for node, port in ports.items():
         host = group["hosts"][node]

@@ -23,6 +23,7 @@ from nodeforge import lab
 from nodeforge.cli import main
 from tests.conftest import REPO
 from tests.test_lab import (
+    become_works_as_sites_have_it,
     host_key_checking_is_on,
     lab_down_removes_it,
     provisioned_lab_is_what_the_roles_say,
@@ -95,6 +96,7 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
     inventory = str(lab.inventory_path(lab_name))
     provisioned_lab_is_what_the_roles_say(lab_name, nodes, json.loads(up.stdout))
     reprovision_changes_nothing(lab_name)
+    become_works_as_sites_have_it(lab_name, nodes, tmp_path)
     host_key_checking_is_on(lab_name, nodes, tmp_path)
     for host in nodes:
         assert toolkit_state(host) == dict.fromkeys(TOOLKIT, "hi 1.20.0-1"), host

@@ -185,11 +185,19 @@ def test_announcements_and_warnings_reach_the_operator(local_inventory):
         "localnode: docker is not restarted: 2 running container(s) would be stopped",
         "two specifications /etc/cdi/nvidia.yaml",
     ]
-    live = console.export_text()
+    live = console.export_text(clear=False)
     assert "localnode: localnode: docker is not restarted" in live and "routine detail" not in live
+    # The check's warnings the validation play repeats are the CLI's to print (once, before the run): not here.
+    assert "nodeforge check" not in live
+    # In a log the live progress printed each notice as it came: the summary does not repeat it.
     report.print_result(console, result)
-    summary = console.export_text()
+    assert console.export_text().count("docker is not restarted") == 1
+    # On a terminal the live view goes away with the run: the summary lists the notices.
+    terminal = Console(record=True, width=200, force_terminal=True)
+    report.print_result(terminal, result)
+    summary = terminal.export_text()
     assert "notice localnode: localnode: docker is not restarted: 2 running container(s) would be stopped" in summary
+    assert "nodeforge check" not in summary
     assert result.as_dict()["notices"] == {"localnode": notices}
 
 
@@ -250,6 +258,8 @@ def _skip_tags_from(source: str, value: str, tmp_path: Path, monkeypatch) -> Run
     """A run whose skip tags come from `source`, as an operator sets them."""
     if source == "cli":
         return RunOptions(skip_tags=value)
+    if source == "--start-at-task":  # the run starts past the validation play's task
+        return RunOptions(connection=(f"--start-at-task={value}",))
     if source == "environment":
         monkeypatch.setenv("ANSIBLE_SKIP_TAGS", value)
     elif source == "ANSIBLE_CONFIG":
@@ -264,7 +274,7 @@ def _skip_tags_from(source: str, value: str, tmp_path: Path, monkeypatch) -> Run
 @pytest.mark.parametrize(
     ("source", "value"),
     [("cli", "tagged"), ("environment", "always"), ("environment", "foo, tagged"), ("ANSIBLE_CONFIG", "always"),
-     ("~/.ansible.cfg", "tagged")],
+     ("~/.ansible.cfg", "tagged"), ("--start-at-task", NODE_TASK)],
 )  # fmt: skip
 def test_a_run_that_skips_the_validation_play_is_checked_before_it_starts(
     source, value, local_inventory, tmp_path, monkeypatch

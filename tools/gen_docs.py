@@ -1,5 +1,6 @@
 """Regenerate the generated docs (role README variable tables, docs/inventory-reference.md,
-docs/cli-reference.md); with --check, fail when a committed file differs from what would be generated."""
+docs/cli-reference.md, docs/json-output.schema.json); with --check, fail when a committed file differs from what
+would be generated."""
 
 from __future__ import annotations
 

@@ -1,18 +1,21 @@
 """The Ansible settings nodeforge ships for every run: what a fleet of SSH-reached nodes needs, in one place.
 
 docs/ansible-settings.md explains each one and the measurements behind it. Every setting is one of Ansible's own
-configuration variables, and a default: a variable already in the caller's environment wins
-(ANSIBLE_PIPELINING=False nodeforge provision ...), inventory variables win over both as they always do in Ansible
-(ansible_ssh_pipelining, ansible_ssh_args, ...), and `--forks` wins over the shipped cap. The strategy is Ansible's
+configuration variables, and a default beneath the operator's own configuration: a variable already in the caller's
+environment wins (ANSIBLE_PIPELINING=False nodeforge provision ...), then the ansible.cfg that ansible-playbook would
+read from the caller's working directory (operator_config, in Ansible's order), then the shipped value; inventory
+variables win over all of them as they always do in Ansible (ansible_ssh_pipelining, ansible_ssh_args, ...), and
+`--forks` wins over the shipped cap. The strategy is Ansible's
 own: nodeforge sets none, so a run uses `linear` unless the operator set ANSIBLE_STRATEGY (or ansible.cfg) themselves.
 """
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +51,52 @@ class Setting:
     name: str
     value: str
     why: str
+    # Where else Ansible reads it: the ansible.cfg (section, key) pairs and other environment variables, as
+    # `ansible-config list` gives them (tests/test_ansible_settings.py compares): any of them set means the operator's.
+    ini: tuple[tuple[str, str], ...] = ()
+    aliases: tuple[str, ...] = ()
+
+    def set_by(self, caller: Mapping[str, str], config_keys: Iterable[tuple[str, str]]) -> bool:
+        """Whether the caller's environment or ansible.cfg sets it."""
+        return any(name in caller for name in (self.name, *self.aliases)) or bool(set(self.ini) & set(config_keys))
+
+
+def operator_config(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path | None:
+    """The ansible.cfg ansible-playbook would read if the operator ran it here, in Ansible's documented order:
+    ANSIBLE_CONFIG (a file, or a directory holding one), ansible.cfg in the working directory (not in a world-writable
+    one, which Ansible ignores), ~/.ansible.cfg, /etc/ansible/ansible.cfg. The run hands it to ansible-playbook as
+    ANSIBLE_CONFIG: ansible-playbook itself runs in the playbook's directory."""
+    environ = os.environ if environ is None else environ
+    cwd = Path.cwd() if cwd is None else cwd
+    candidates = []
+    named = environ.get("ANSIBLE_CONFIG")
+    if named:
+        named_path = Path(os.path.expanduser(named))
+        candidates.append(named_path / "ansible.cfg" if named_path.is_dir() else named_path)
+    with contextlib.suppress(OSError):
+        if not cwd.stat().st_mode & stat.S_IWOTH:
+            candidates.append(cwd / "ansible.cfg")
+    candidates += [Path(os.path.expanduser("~/.ansible.cfg")), Path("/etc/ansible/ansible.cfg")]
+    return next((path.absolute() for path in candidates if path.is_file()), None)
+
+
+def read_config(path: Path | None) -> configparser.ConfigParser | None:
+    """The ansible.cfg's sections and keys as Ansible's INI reader sees them (keys lower-case, no interpolation);
+    None when there is none or it cannot be read (ansible-playbook then reports it, naming the file)."""
+    if path is None:
+        return None
+    parser = configparser.ConfigParser(interpolation=None, inline_comment_prefixes=(";",))
+    try:
+        parser.read(path, encoding="utf-8")
+    except (OSError, UnicodeError, configparser.Error):
+        return None
+    return parser
+
+
+def config_keys(parser: configparser.ConfigParser | None) -> set[tuple[str, str]]:
+    if parser is None:
+        return set()
+    return {(section, key) for section in parser.sections() for key in parser[section]}
 
 
 def _candidates(state: Path) -> list[Path]:
@@ -97,6 +146,8 @@ def settings(state: Path) -> list[Setting]:
             "ANSIBLE_PIPELINING",
             "True",
             "one SSH round trip per task: the module goes to the node's Python on stdin, no temporary files",
+            ini=(("defaults", "pipelining"), ("connection", "pipelining"), ("ssh_connection", "pipelining")),
+            aliases=("ANSIBLE_SSH_PIPELINING",),
         ),
         Setting(
             "ANSIBLE_SSH_ARGS",
@@ -104,45 +155,88 @@ def settings(state: Path) -> list[Setting]:
             f"-o ServerAliveInterval={SERVER_ALIVE_INTERVAL_S} -o ServerAliveCountMax={SERVER_ALIVE_COUNT_MAX}",
             "one SSH connection per node for the whole run (and the next run soon after), not one per task; one "
             "whose node stopped answering (a reboot) is dropped after 15 s",
+            ini=(("ssh_connection", "ssh_args"),),
         ),
         Setting(
             "ANSIBLE_SSH_CONTROL_PATH_DIR",
             str(control_path_dir(state)),
             "the master sockets, in a directory this user owns (mode 0700, checked before every run)",
+            ini=(("ssh_connection", "control_path_dir"),),
         ),
-        Setting("ANSIBLE_GATHERING", "smart", "a play gathers facts only for hosts whose cached facts expired"),
-        Setting("ANSIBLE_CACHE_PLUGIN", "jsonfile", "facts kept between runs, one JSON file per host"),
-        Setting("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(state / "facts"), "the fact cache, under the state directory"),
-        Setting("ANSIBLE_CACHE_PLUGIN_TIMEOUT", str(FACT_CACHE_TIMEOUT_S), "cached facts expire after 30 minutes"),
+        Setting(
+            "ANSIBLE_GATHERING",
+            "smart",
+            "a play gathers facts only for hosts whose cached facts expired",
+            ini=(("defaults", "gathering"),),
+        ),
+        Setting(
+            "ANSIBLE_CACHE_PLUGIN",
+            "jsonfile",
+            "facts kept between runs, one JSON file per host",
+            ini=(("defaults", "fact_caching"),),
+        ),
+        Setting(
+            "ANSIBLE_CACHE_PLUGIN_CONNECTION",
+            str(state / "facts"),
+            "the fact cache, under the state directory",
+            ini=(("defaults", "fact_caching_connection"),),
+        ),
+        Setting(
+            "ANSIBLE_CACHE_PLUGIN_TIMEOUT",
+            str(FACT_CACHE_TIMEOUT_S),
+            "cached facts expire after 30 minutes",
+            ini=(("defaults", "fact_caching_timeout"),),
+        ),
     ]
 
 
-def environment(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings as environment variables for ansible-playbook, without those the caller already set. The
-    control-socket directory (the shipped one or the caller's) is verified private (private_dir)."""
+FORKS_INI = ("defaults", "forks")
+
+
+def environment(
+    state: Path, caller: Mapping[str, str] | None = None, config: configparser.ConfigParser | None = None
+) -> dict[str, str]:
+    """The settings as environment variables for ansible-playbook, without those the caller's environment or its
+    ansible.cfg (`config`: read_config(operator_config())) already set. The control-socket directory (the shipped one,
+    the caller's or the ansible.cfg's) is verified private (private_dir)."""
     caller = os.environ if caller is None else caller
-    chosen = {s.name: s.value for s in settings(state) if s.name not in caller}
-    sockets = caller.get("ANSIBLE_SSH_CONTROL_PATH_DIR") or chosen["ANSIBLE_SSH_CONTROL_PATH_DIR"]
-    private_dir(Path(os.path.expanduser(sockets)))
+    keys = config_keys(config)
+    chosen = {s.name: s.value for s in settings(state) if not s.set_by(caller, keys)}
+    sockets = (
+        caller.get("ANSIBLE_SSH_CONTROL_PATH_DIR")
+        or chosen.get("ANSIBLE_SSH_CONTROL_PATH_DIR")
+        or (config.get("ssh_connection", "control_path_dir", fallback="") if config is not None else "")
+    )
+    if sockets:
+        private_dir(Path(os.path.expanduser(sockets)))
     return chosen
 
 
-def forks(caller: Mapping[str, str] | None = None) -> int | None:
-    """The forks a run gets: at most 64 workers; None when ANSIBLE_FORKS is set. ansible-core starts
-    min(forks, hosts in the play's batch) workers, so a run over 16 nodes works on all 16 at once and a 1-node run
-    starts one worker, without reading the inventory before ansible-playbook starts."""
+def forks(caller: Mapping[str, str] | None = None, config: configparser.ConfigParser | None = None) -> int | None:
+    """The forks a run gets: at most 64 workers; None when ANSIBLE_FORKS or the ansible.cfg's forks is set.
+    ansible-core starts min(forks, hosts in the play's batch) workers, so a run over 16 nodes works on all 16 at once
+    and a 1-node run starts one worker, without reading the inventory before ansible-playbook starts."""
     caller = os.environ if caller is None else caller
-    if "ANSIBLE_FORKS" in caller:
+    if "ANSIBLE_FORKS" in caller or FORKS_INI in config_keys(config):
         return None
     return FORKS_MAX
 
 
-def fact_cache(state: Path, caller: Mapping[str, str] | None = None) -> dict[str, str]:
+def fact_cache(
+    state: Path, caller: Mapping[str, str] | None = None, config: configparser.ConfigParser | None = None
+) -> dict[str, str]:
     """ansible-runner's own fact cache options (it sets the cache variables itself, to a directory per run unless
-    told otherwise): the plugin and the directory the run uses, the caller's when set."""
+    told otherwise): the plugin and the directory the run uses, the caller's environment's or ansible.cfg's when set."""
     caller = os.environ if caller is None else caller
-    plugin = caller.get("ANSIBLE_CACHE_PLUGIN", "jsonfile")
+
+    def chosen(name: str, key: str, default: str) -> str:
+        if name in caller:
+            return caller[name]
+        return config.get("defaults", key, fallback=default) if config is not None else default
+
+    plugin = chosen("ANSIBLE_CACHE_PLUGIN", "fact_caching", "jsonfile")
     if plugin != "jsonfile":
         return {"fact_cache_type": plugin}
     ours = next(s.value for s in settings(state) if s.name == "ANSIBLE_CACHE_PLUGIN_CONNECTION")
-    return {"fact_cache_type": plugin, "fact_cache": caller.get("ANSIBLE_CACHE_PLUGIN_CONNECTION", ours)}
+    connection = chosen("ANSIBLE_CACHE_PLUGIN_CONNECTION", "fact_caching_connection", ours)
+    return {"fact_cache_type": plugin, "fact_cache": os.path.expanduser(connection)}

@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nodeforge import __version__, ansible_settings, content, lab, lab_vm, report, validate_report
+from nodeforge import __version__, ansible_settings, connection, content, lab, lab_vm, report, validate_report
 from nodeforge.runner import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -173,8 +173,32 @@ class Inputs:
 
 
 def print_json_error(exc: click.ClickException) -> None:
-    """Under --json, input refused before anything ran, on stdout as well: {"status": "error", "error": ...}."""
-    report.print_json(Console(), {"status": "error", "error": exc.format_message(), "problems": []})
+    """Under --json, input refused before anything ran, on stdout as well: status error, the error, the exit code
+    the process exits with (_Main.main prints the same for whatever a verb did not)."""
+    report.print_json(error_payload(exc, exit_code_of(exc)))
+
+
+def exit_code_of(exc: click.ClickException) -> int:
+    """The exit code _Main.main exits with for a ClickException: a usage error is 5 (click's own is 2)."""
+    return EXIT_OPTIONS if isinstance(exc, click.UsageError) else exc.exit_code
+
+
+def error_payload(exc: BaseException | None, code: int, message: str = "") -> dict[str, Any]:
+    """The --json document of a command that ended in an error before any result of its own: status error, the
+    error (a ClickException's message, else `message`), and the error as a problem in the check's shape (naming the
+    option when click knows it)."""
+    if isinstance(exc, click.ClickException):
+        message = exc.format_message()
+    ctx = getattr(exc, "ctx", None) or click.get_current_context(silent=True)
+    param = getattr(exc, "param", None)
+    option = max(param.opts, key=len) if param is not None and param.opts else ""
+    hint = getattr(exc, "param_hint", None)
+    option = option or (hint if isinstance(hint, str) else "").strip("'")
+    # An option refused; else input the command read or wrote (a file, a vault); else nodeforge itself (exit 250, 99).
+    kinds = ((click.UsageError, "command line"), (click.ClickException, "input"))
+    where = next((name for kind, name in kinds if isinstance(exc, kind)), "nodeforge")
+    found = report.problem(where, ctx.command_path if ctx else "", option, message)
+    return report.json_payload("error", code, problems=[found], error=message)
 
 
 def ansible_options(func: Any, json_option: bool = True, modes: bool = True) -> Any:
@@ -196,6 +220,7 @@ def ansible_options(func: Any, json_option: bool = True, modes: bool = True) -> 
         ),
         click.option("-v", "--verbose", "verbosity", count=True, help="Ansible verbosity (-v .. -vvvv)."),
         click.option("--forks", type=click.IntRange(1, 500), help="Parallel hosts."),
+        *connection.options(),
         click.option("--json", "json_mode", is_flag=True, help="Print a machine-readable summary on stdout."),
     ]
     for option in reversed(options if json_option else options[:-1]):
@@ -209,11 +234,21 @@ def validate_or_exit(console: Console, inputs: Inputs, json_mode: bool) -> None:
     report.print_warnings(console, inputs.warnings)
     if not problems:
         return
-    if json_mode:
-        payload = {"status": "invalid", "problems": [p.as_dict() for p in problems]}
-        report.print_json(Console(), {**payload, "warnings": [w.as_dict() for w in inputs.warnings]})
     report.print_problems(console, problems)
+    if json_mode:
+        report.print_json(report.json_payload("invalid", EXIT_ERROR, problems=problems, warnings=inputs.warnings))
     sys.exit(EXIT_ERROR)
+
+
+def show_run(
+    console: Console, result: RunResult, json_mode: bool, inputs: Inputs, plan: bool = False, files: Any = ()
+) -> int:
+    """A run's summary for the operator (on stderr under --json) and, with --json, the run as the invocation's JSON
+    document (report.run_payload: the check's warnings, the files the verb wrote); returns the exit code."""
+    report.print_result(console, result, plan=plan)
+    if json_mode:
+        report.print_json(report.run_payload(result, warnings=inputs.warnings, files=files))
+    return result.exit_code
 
 
 def run_verb(
@@ -234,8 +269,9 @@ def run_verb(
     spec = spec or VERBS[verb]
     console = _console(json_mode)
     if kw.get("forks") is None:  # Ansible starts no more workers than a play has hosts: the shipped cap sizes them
-        kw["forks"] = ansible_settings.forks()
+        kw["forks"] = ansible_settings.forks(config=ansible_settings.read_config(ansible_settings.operator_config()))
     opts = RunOptions(
+        **connection.take(kw),
         inventory=list(inputs.inventory),
         extravars=extravars or {},
         extra_vars_args=inputs.extra_vars,
@@ -245,7 +281,7 @@ def run_verb(
         envvars=kw.pop("envvars", {}),
         **{k: v for k, v in kw.items() if k != "canceller"},
     )
-    with report.live_progress(console, enabled=not json_mode) as tick:
+    with report.live_progress(console) as tick:  # on stderr under --json, as every human line
         extra = {"canceller": kw["canceller"]} if kw.get("canceller") is not None else {}
         on_tick = tick
         if watch is not None:
@@ -256,13 +292,29 @@ def run_verb(
 
         gate = lambda: validate_or_exit(console, inputs, json_mode)  # noqa: E731
         result = run_playbook(spec.playbook, opts, on_tick=on_tick, gate=gate, **extra)
+    if opts.listing and result.output:  # what ansible-playbook listed, as it printed it: no host was touched
+        if json_mode:
+            report.print_json(report.run_payload(result, warnings=inputs.warnings))
+        else:
+            click.echo(result.output)
+        return result.exit_code
     if present is not None:
         return present(console, result)
-    if json_mode:
-        report.print_json(Console(), result.as_dict())
-    else:
-        report.print_result(console, result, plan=verb == "plan")
-    return result.exit_code
+    return show_run(console, result, json_mode, inputs, plan=verb == "plan")
+
+
+def json_requested(argv: list[str]) -> bool:
+    """Whether a command line asks for its JSON document on stdout: --json, which validate takes with a FILE to
+    write instead (its --json without FILE, or with -, is stdout)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    command = next((word for word in words if not word.startswith("-")), "")
+    for index, word in enumerate(words):
+        if word == "--json":
+            value = words[index + 1] if index + 1 < len(words) else "-"
+            return command != "validate" or value == "-" or value.startswith("-")
+        if word.startswith("--json="):
+            return command != "validate" or word == "--json=-"
+    return False
 
 
 class Unparsable(click.ClickException):
@@ -277,30 +329,46 @@ class _Main(click.Group):
 
     Exit codes are ansible-playbook's (runner.EXIT_*): a usage error is 5 (click's own is 2, a host failed to
     ansible-playbook), Ctrl-C before a run 99, and anything unexpected 250 with one line, never a traceback
-    (NODEFORGE_TRACEBACK=1 prints it)."""
+    (NODEFORGE_TRACEBACK=1 prints it).
+
+    With --json, stdout holds exactly one JSON document whatever happens: a verb prints its own; an error it did not
+    print one for (click's usage errors come before the verb runs: a missing -i) gets report.json_payload's with
+    status error and the exit code, here."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        argv = kwargs.get("args", args[0] if args else None)
+        json_mode = json_requested(sys.argv[1:] if argv is None else list(argv))
+        report.reset_json()
+        failure: BaseException | None = None
+        message = ""
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
-        except click.UsageError as exc:
-            exc.show()
-            code = EXIT_OPTIONS
         except click.ClickException as exc:
             exc.show()
-            code = exc.exit_code
-        except click.Abort:
+            failure, code = exc, exit_code_of(exc)
+        except click.Abort as exc:
             click.echo("Aborted!", err=True)
-            code = EXIT_INTERRUPTED
+            failure, code, message = exc, EXIT_INTERRUPTED, "Aborted!"
+        except SystemExit as exc:  # a verb's exit: it printed its document (json_printed), or the one below is its
+            if exc.code is not None and not isinstance(exc.code, int):
+                click.echo(exc.code, err=True)
+            failure, code, message = exc, 0 if exc.code is None else exc.code, str(exc.code or "")
+            if not isinstance(code, int):
+                code = EXIT_ERROR
         except Exception as exc:  # a bug of nodeforge's: said in one line, with how to see more
             wanted = bool(os.environ.get("NODEFORGE_TRACEBACK"))
             if wanted:
                 traceback.print_exc()
             where = "" if wanted else "; NODEFORGE_TRACEBACK=1 prints where"
-            click.echo(f"Error: unexpected {type(exc).__name__}: {exc} (a nodeforge bug{where})", err=True)
-            code = EXIT_UNEXPECTED
-        sys.exit(code if isinstance(code, int) else EXIT_OK)
+            message = f"unexpected {type(exc).__name__}: {exc} (a nodeforge bug{where})"
+            click.echo(f"Error: {message}", err=True)
+            failure, code = exc, EXIT_UNEXPECTED
+        code = code if isinstance(code, int) else EXIT_OK
+        if json_mode and code != EXIT_OK and not report.json_printed():
+            report.print_json(error_payload(failure, code, message or f"nodeforge exited with {code}"))
+        sys.exit(code)
 
     LAZY = ("k8s", "plan", "upgrade")
     _lazy_registered = False
@@ -378,13 +446,14 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
             with output_errors(option) as safe_write:
                 safe_write.check_file(path)  # refused before the run, not after it
 
+    inputs = _inputs(kw)
+
     def present(console: Console, result: RunResult) -> int:
-        found = validate_report.payload(result)
+        files = [path for path in reports.values() if path is not None]
+        found = validate_report.payload(result, warnings=inputs.warnings, files=files)
         validate_report.print_table(console, found)
         if result.error:
             console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{escape(result.error)}")
-        if to_stdout:
-            report.print_json(Console(), found)
         texts = {
             "--json": validate_report.json_text,
             "--junit": validate_report.junit,
@@ -394,10 +463,12 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
             if path is not None:
                 with output_errors(option) as safe_write:
                     safe_write.write_file(path, texts[option](found))
+        if to_stdout:  # last: a report that cannot be written is the invocation's error, in its one document
+            report.print_json(found)
         return found["exit_code"]
 
     extravars = {"validate_perf": True} if perf else {}
-    sys.exit(run_verb("validate", _inputs(kw), to_stdout, extravars=extravars, present=present, **kw))
+    sys.exit(run_verb("validate", inputs, to_stdout, extravars=extravars, present=present, **kw))
 
 
 @contextlib.contextmanager
@@ -445,19 +516,16 @@ def check(json_mode: bool, **kw: Any) -> None:
     inputs = _inputs(kw)
     problems, _ = inputs.read_or_exit(json_mode)
     inventory = ", ".join(inputs.inventory)
+    report.print_warnings(console, inputs.warnings)
+    if problems:
+        report.print_problems(console, problems)
+    else:
+        console.print(f"[green]ok[/green]: {escape(str(inventory))} is valid")
+    code = EXIT_ERROR if problems else EXIT_OK
     if json_mode:
         status = "invalid" if problems else "valid"
-        warnings = [w.as_dict() for w in inputs.warnings]
-        report.print_json(
-            Console(), {"status": status, "problems": [p.as_dict() for p in problems], "warnings": warnings}
-        )
-    else:
-        report.print_warnings(console, inputs.warnings)
-        if problems:
-            report.print_problems(console, problems)
-        else:
-            console.print(f"[green]ok[/green]: {escape(str(inventory))} is valid")
-    sys.exit(EXIT_ERROR if problems else 0)
+        report.print_json(report.json_payload(status, code, problems=problems, warnings=inputs.warnings))
+    sys.exit(code)
 
 
 def _profile_names() -> list[str]:
@@ -497,7 +565,8 @@ def _host_prefix(_ctx: click.Context, _param: click.Parameter, value: str) -> st
     help="Host names: PREFIX-01, PREFIX-02, ... (also their Kubernetes Node names).",
 )
 @click.option("--os", "node_os", default="", help="Declare nodeforge_os (e.g. rocky9, ubuntu24.04, debian12).")
-def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: str) -> None:
+@click.option("--json", "json_mode", is_flag=True, help="Print the files written and what to fill in as JSON.")
+def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: str, json_mode: bool) -> None:
     """Scaffold an inventory in DIRECTORY from a hardware profile."""
     from nodeforge import scaffold  # the profiles' specs come from the collection
 
@@ -509,12 +578,17 @@ def init(directory: Path, profile: str, nodes: int, host_prefix: str, node_os: s
     except OSError as exc:
         where = exc.filename or directory
         raise click.ClickException(f"cannot write the inventory into {where}: {exc.strerror or exc}") from exc
-    console = _console()
+    console = _console(json_mode)
+    todo = [str(item) for item in scaffold.todo(directory, profile, node_os)]
+    following = f"edit {directory}/hosts.yml, then run: nodeforge check -i {directory}"
     for path in written:
         console.print(f"wrote {escape(str(path))}", soft_wrap=True)
-    for item in scaffold.todo(directory, profile, node_os):
-        console.print(f"[yellow]fill in[/yellow]: {escape(str(item))}", soft_wrap=True)
-    console.print(escape(f"next: edit {directory}/hosts.yml, then run: nodeforge check -i {directory}"), soft_wrap=True)
+    for item in todo:
+        console.print(f"[yellow]fill in[/yellow]: {escape(item)}", soft_wrap=True)
+    console.print(escape(f"next: {following}"), soft_wrap=True)
+    if json_mode:
+        notices = [f"fill in: {item}" for item in todo]
+        report.print_json(report.json_payload("ok", EXIT_OK, notices=notices, files=written, next=following))
 
 
 @main.group(name="lab")
@@ -554,7 +628,7 @@ def _lab_call(func: Any, *args: Any) -> Any:
     help="QEMU guests with their own Debian kernel (modules, reboots, soft-RoCE) instead of containers.",
 )
 @click.option("--provision", "then_provision", is_flag=True, help="Provision the nodes right away.")
-@click.option("--json", "json_mode", is_flag=True, help="Machine-readable provision summary.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the nodes (with --provision: the run) as JSON.")
 @click.option(
     "--toolkit-mirror",
     type=click.Path(path_type=Path),
@@ -572,7 +646,8 @@ def lab_up(nodes: int, vm: bool, then_provision: bool, json_mode: bool, toolkit_
             "VM shows something for (inventories/lab-vm/hosts.yml)"
         )
     path = _lab_call(lab_vm.up, name, nodes) if vm else _lab_call(lab.up, name, nodes, toolkit_mirror)
-    console.print(f"lab {name}: {len(_lab_call(lab.nodes, name))} node(s) up; inventory: {path}")
+    started = _lab_call(lab.nodes, name)
+    console.print(f"lab {name}: {len(started)} node(s) up; inventory: {path}")
     if vm:
         console.print("VM nodes (QEMU, software emulation); console logs under " + str(lab_vm.vm_dir(name)))
     elif toolkit_mirror is None:
@@ -580,14 +655,18 @@ def lab_up(nodes: int, vm: bool, then_provision: bool, json_mode: bool, toolkit_
     else:
         console.print(f"container toolkit: from {toolkit_mirror}, served on each node's loopback")
     if then_provision:
-        sys.exit(_lab_provision(name, json_mode))
+        sys.exit(_lab_provision(name, json_mode, files=[path]))
+    if json_mode:
+        report.print_json(report.json_payload("ok", EXIT_OK, files=[path], nodes=[vars(n) for n in started]))
 
 
-def _lab_provision(name: str, json_mode: bool, **kw: Any) -> int:
+def _lab_provision(name: str, json_mode: bool, files: Any = (), **kw: Any) -> int:
     path = lab.inventory_path(name)
     if not path.exists():
         raise click.ClickException(f"lab {name} is not up (no {path}); run: nodeforge lab up")
-    return run_verb("provision", Inputs(inventory=(str(path),), extra_vars=kw.pop("extra_vars", ())), json_mode, **kw)
+    inputs = Inputs(inventory=(str(path),), extra_vars=kw.pop("extra_vars", ()))
+    present = functools.partial(show_run, json_mode=json_mode, inputs=inputs, files=files)  # lab up's inventory
+    return run_verb("provision", inputs, json_mode, present=present, **kw)
 
 
 @lab_group.command(name="provision")
@@ -600,28 +679,37 @@ def lab_provision(json_mode: bool, tags: str | None, extra_vars: tuple[str, ...]
     sys.exit(_lab_provision(name, json_mode, tags=tags, extra_vars=extra_vars))
 
 
+_lab_json = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+
+
 @lab_group.command(name="down")
+@_lab_json
 @_lab_name
-def lab_down(name: str) -> None:
+def lab_down(json_mode: bool, name: str) -> None:
     """Remove the lab's containers or VMs, inventory and keys."""
     removed = _lab_call(lab.down, name)
-    _console().print(f"lab {name}: removed {', '.join(removed) if removed else 'nothing (no nodes)'}")
+    _console(json_mode).print(f"lab {name}: removed {', '.join(removed) if removed else 'nothing (no nodes)'}")
+    if json_mode:
+        report.print_json(report.json_payload("ok", EXIT_OK, removed=removed))
 
 
 @lab_group.command(name="status")
+@_lab_json
 @_lab_name
-def lab_status(name: str) -> None:
+def lab_status(json_mode: bool, name: str) -> None:
     """List the lab's nodes, their state and SSH port."""
-    console = _console()
+    console = _console(json_mode)
     found = _lab_call(lab.nodes, name)
+    paths = {"inventory": str(lab.inventory_path(name)), "known_hosts": str(lab.known_hosts_path(name))}
     if not found:
         console.print(f"lab {name}: no nodes")
-        return
     for node in found:
         address = f"ssh {lab.LOOPBACK}:{node.port}" if node.port else "ssh: no port published"
         console.print(f"{node.name}  {node.state}  {address}")
-    console.print(f"inventory: {lab.inventory_path(name)}", soft_wrap=True)
-    console.print(f"known_hosts: {lab.known_hosts_path(name)}", soft_wrap=True)
+    for label, where in paths.items() if found else ():
+        console.print(f"{label}: {where}", soft_wrap=True)
+    if json_mode:
+        report.print_json(report.json_payload("ok", EXIT_OK, nodes=[vars(n) for n in found], **paths))
 
 
 UPGRADE_ONLY = ("component", "to_version", "batch", "max_unavailable", "resume", "allow_downgrade")

@@ -3,6 +3,7 @@ reference. `tools/gen_docs.py --check` fails CI when a committed file drifts fro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +123,44 @@ def render_tags() -> list[str]:
     return [*out, ""]
 
 
+def render_json_section() -> list[str]:
+    """What --json prints: the common keys (report.JSON_SCHEMA, published as docs/json-output.schema.json)."""
+    from nodeforge.report import JSON_SCHEMA, STATUSES
+
+    out = ["## JSON output (`--json`)", ""]
+    out += [
+        "Every verb takes `--json` (validate: `--json [FILE]`): stdout then holds exactly one JSON document, also for",
+        "an error (status `error`, a missing `-i` included), and every human line (progress, warnings, tables) goes",
+        "to stderr. Schema: [json-output.schema.json](json-output.schema.json) (JSON Schema draft 2020-12); each",
+        "verb's own keys: [json-output.md](json-output.md).",
+        "",
+        "| key | type | what it holds |",
+        "| --- | --- | --- |",
+    ]
+    for key in JSON_SCHEMA["required"]:
+        spec = JSON_SCHEMA["properties"][key]
+        kind = spec["type"] + (
+            " of " + spec["items"]["$ref"].rsplit("/", 1)[-1] if "$ref" in spec.get("items", {}) else ""
+        )
+        out.append(f"| `{key}` | {kind} | {spec['description']} |")
+    out += ["", "| status | meaning |", "| --- | --- |"]
+    out += [f"| `{status}` | {meaning} |" for status, meaning in STATUSES.items()]
+    return [*out, ""]
+
+
+def json_schema_text() -> str:
+    from nodeforge.report import JSON_SCHEMA
+
+    return json.dumps(JSON_SCHEMA, indent=2) + "\n"
+
+
 def render_cli_reference(group: click.Group) -> str:
     from nodeforge.runner import EXIT_MEANINGS
 
     out = ["# CLI reference", "", "Generated from the click commands by `tools/gen_docs.py`; do not edit.", ""]
     out += ["## Exit codes", "", "ansible-playbook's, for every verb:", "", "| code | meaning |", "| --- | --- |"]
     out += [f"| {code} | {meaning} |" for code, meaning in EXIT_MEANINGS.items()]
+    out += ["", *render_json_section()]
     out += ["", "## Environment variables", "", "| variable | what it does |", "| --- | --- |"]
     out += [f"| {name} | {meaning} |" for name, meaning in ENVIRONMENT.items()]
     out += ["", *render_tags()]
@@ -154,6 +187,7 @@ def outputs(repo: Path) -> dict[Path, str]:
         result[readme] = render_role_readme(current, role)
     result[repo / "docs" / "inventory-reference.md"] = render_inventory_reference()
     result[repo / "docs" / "cli-reference.md"] = render_cli_reference(main)
+    result[repo / "docs" / "json-output.schema.json"] = json_schema_text()
     for name, (profile, prefix, node_os) in scaffold.SAMPLES.items():
         for rel, text in scaffold.render(profile, 2, prefix, node_os, scaffold.SAMPLE_SETTINGS[name]).items():
             result[repo / "inventories" / name / rel] = text

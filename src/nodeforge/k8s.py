@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nodeforge import checks, cli
+from nodeforge import checks, cli, connection, report
 from nodeforge.collection import k8s_validate, model
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: skip
@@ -25,6 +25,7 @@ from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: s
     k8s_scale,
     mpijob_convert,
 )
+from ansible_collections.nodeforge.gpu.plugins.action.k8s_render import MARKER  # isort: skip
 from ansible_collections.nodeforge.gpu.plugins.plugin_utils import safe_write  # isort: skip
 
 K8S_PLAYBOOK = "k8s.yml"
@@ -34,11 +35,13 @@ DIFF = cli.Verb(K8S_PLAYBOOK, "Show what apply would change (server-side dry run
 
 
 def _k8s_options(func: Any) -> Any:
-    """The inventory, -e, vault and output options of the verbs that run k8s.yml."""
+    """The inventory, -e, vault, connection (apply and diff reach k8s_control's first host) and output options of the
+    verbs that run k8s.yml."""
     options = [
         *cli.inventory_options(),
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; repeatable."),
         click.option("-v", "--verbose", "verbosity", count=True, help="Ansible verbosity (-v .. -vvvv)."),
+        *connection.options(),
         click.option("--json", "json_mode", is_flag=True, help="Print a machine-readable summary on stdout."),
     ]
     for option in reversed(options):
@@ -63,9 +66,37 @@ def _cluster_vars(kubeconfig: Path | None, context: str | None) -> dict[str, str
     return {name: value for name, value in found.items() if value is not None}
 
 
-def _run(name: str, verb: cli.Verb, kw: dict[str, Any], extravars: dict[str, Any]) -> None:
+def _run(name: str, verb: cli.Verb, kw: dict[str, Any], extravars: dict[str, Any], files: Any = None) -> None:
+    """Run k8s.yml for verb; `files(result)`, when given, names the files the run wrote (render's)."""
     json_mode = kw.pop("json_mode")
-    sys.exit(cli.run_verb(f"k8s {name}", cli._inputs(kw), json_mode, spec=verb, extravars=extravars, **kw))
+    inputs = cli._inputs(kw)
+    present = None
+    if files is not None:
+
+        def present(console: Console, result: cli.RunResult) -> int:
+            return cli.show_run(console, result, json_mode, inputs, files=files(result))
+
+    code = cli.run_verb(f"k8s {name}", inputs, json_mode, spec=verb, extravars=extravars, present=present, **kw)
+    sys.exit(code)
+
+
+def _json_option(what: str) -> Any:
+    return click.option("--json", "json_mode", is_flag=True, help=f"Print {what} as JSON on stdout (not the YAML).")
+
+
+def rendered_files(directory: Path) -> list[str]:
+    """The files render wrote into directory: each file there that opens with render's marker (files it no longer
+    renders were removed by the same run)."""
+    found = []
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            with path.open("rb") as handle:
+                head = handle.read(len(MARKER.encode()))
+        except OSError:
+            continue
+        if head == MARKER.encode() and path.is_file() and not path.is_symlink():
+            found.append(str(path))
+    return found
 
 
 def register(main: click.Group) -> None:
@@ -92,7 +123,7 @@ def register(main: click.Group) -> None:
     )
     def render(output: Path, include_secrets: bool, **kw: Any) -> None:
         # Refused here, before Ansible starts; the action checks again as it writes (plugin_utils/safe_write.py).
-        _check_output_dir(output, kw["json_mode"])
+        _check_output_dir(output)
         _run(
             "render",
             RENDER,
@@ -102,6 +133,7 @@ def register(main: click.Group) -> None:
                 "k8s_cluster_render_dir": str(output.resolve()),
                 "k8s_cluster_include_secrets": include_secrets,
             },
+            files=lambda result: rendered_files(output) if result.exit_code == cli.EXIT_OK else [],
         )
 
     @k8s_group.command(name="apply", help=APPLY.help)
@@ -127,21 +159,28 @@ def register(main: click.Group) -> None:
     )
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
     @_inventory_and_vars
+    @_json_option("the objects, the file written and the check's warnings")
     def job(
-        kind: str, namespace: str | None, nodes: int | None, nccl_mode: str | None, output: Path | None, **kw: Any
+        kind: str,
+        namespace: str | None,
+        nodes: int | None,
+        nccl_mode: str | None,
+        output: Path | None,
+        json_mode: bool,
+        **kw: Any,
     ) -> None:
         """Render an acceptance job for this cluster: cuda-vector-add, ib-write-bw, nccl (all_reduce_perf) or an
         MPIJob template, with its GPU and RDMA resources, IPC_LOCK and the tenant's ServiceAccount."""
         inputs = cli._inputs(kw)
-        # Warnings and problems on stderr: stdout is the YAML stream.
-        cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode=False)
+        # Warnings and problems on stderr: stdout is the YAML stream (or the JSON document).
+        cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode)
         cluster = _cluster(inputs)
         facts = job_facts(cluster, namespace, nodes, nccl_mode)
         try:
             objects = k8s_jobs.build(kind, facts)
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
-        _emit(objects, cluster.k8s_version, output)
+        _emit(objects, cluster.k8s_version, output, json_mode, warnings=inputs.warnings)
 
     @k8s_group.command(name="convert-mpijob")
     @click.argument("source", type=click.File("rb"))
@@ -152,11 +191,13 @@ def register(main: click.Group) -> None:
         show_default=True,
         help="Kubernetes version the result is validated against.",
     )
-    def convert_mpijob(source: Any, output: Path | None, k8s_version: str) -> None:
+    @_json_option("the objects, the file written and what changed")
+    def convert_mpijob(source: Any, output: Path | None, k8s_version: str, json_mode: bool) -> None:
         """Convert the MPIJobs of FILE (kubeflow.org/v1alpha2, v1alpha1 or v1; - for stdin) to kubeflow.org/v2beta1,
         saying on stderr what changed; other objects of the file pass through. The result is validated strictly."""
         err = Console(stderr=True, highlight=False)
         converted = []
+        notices = []
         source_name = str(getattr(source, "name", "<stdin>"))  # a piped stdin may have no name
         try:
             # The file is whoever wrote the old job's: read as bytes, at most the limit and one more to tell.
@@ -175,9 +216,10 @@ def register(main: click.Group) -> None:
                 raise click.ClickException(f"{source_name}, line {line} (document {number}): {exc}") from exc
             name = k8s_validate.describe(new)
             for note in notes:
-                err.print(escape(f"{name}: {note}"), soft_wrap=True)
+                notices.append(f"{name}: {note}")
+                err.print(escape(notices[-1]), soft_wrap=True)
             converted.append(new)
-        _emit(converted, k8s_version, output)
+        _emit(converted, k8s_version, output, json_mode, notices=notices)
 
     @k8s_group.command(name="scale-pv")
     @click.option(
@@ -232,6 +274,7 @@ def register(main: click.Group) -> None:
     )
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here, not stdout.")
     @_optional_inventory_and_vars
+    @_json_option("the objects, the file written and the check's warnings")
     def scale_pv(
         fs: str,
         path: str,
@@ -248,6 +291,7 @@ def register(main: click.Group) -> None:
         namespace: str,
         k8s_version: str | None,
         output: Path | None,
+        json_mode: bool,
         **kw: Any,
     ) -> None:
         """A static PersistentVolume of an existing IBM Storage Scale directory or fileset and the claim bound to it
@@ -255,9 +299,11 @@ def register(main: click.Group) -> None:
         cluster ID, the file system names and the Kubernetes version come from the inventory."""
         values: dict[str, Any] = {}
         version = k8s_version
+        warnings: list[Any] = []
         if kw["inventory"]:
             inputs = cli._inputs(kw)
-            cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode=False)
+            cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode)
+            warnings = inputs.warnings
             cluster = _cluster(inputs)
             values = k8s_scale.settings(_control_variables(inputs))
             version = version or cluster.k8s_version
@@ -294,7 +340,7 @@ def register(main: click.Group) -> None:
             )
         except k8s_objects.K8sConfigError as exc:  # each names the option it refuses: a usage error (exit 5)
             raise click.UsageError(str(exc)) from exc
-        _emit(objects, version, output)
+        _emit(objects, version, output, json_mode, warnings=warnings)
 
 
 def _inventory_and_vars(func: Any) -> Any:
@@ -365,29 +411,48 @@ def job_facts(cluster: k8s_objects.Cluster, namespace: str | None, nodes: int | 
     }
 
 
-def _emit(objects: list[Any], k8s_version: str, output: Path | None) -> None:
-    """Validate strictly (the shipped CRDs for custom resources), then write a YAML stream; problems exit 1."""
+def _emit(
+    objects: list[Any],
+    k8s_version: str,
+    output: Path | None,
+    json_mode: bool = False,
+    warnings: Any = (),
+    notices: Any = (),
+) -> None:
+    """Validate strictly (the shipped CRDs for custom resources), then write a YAML stream (to stdout without -o);
+    problems exit 1. With --json, stdout holds the JSON document instead: the objects, the file written."""
+    err = Console(stderr=True, highlight=False)
     problems = k8s_validate.validate(objects, k8s_version, k8s_validate.shipped_crds())
     if problems:
         for problem in problems:
-            Console(stderr=True, highlight=False).print(f"[red]invalid[/red] {escape(str(problem))}", soft_wrap=True)
+            err.print(f"[red]invalid[/red] {escape(str(problem))}", soft_wrap=True)
+        if json_mode:
+            found = [
+                report.problem(f"Kubernetes {k8s_version}", p.obj, p.field, p.message, "valid against the schema")
+                for p in problems
+            ]
+            payload = report.json_payload(
+                "invalid", cli.EXIT_ERROR, problems=found, warnings=warnings, notices=notices, objects=objects
+            )
+            report.print_json(payload)
         sys.exit(cli.EXIT_ERROR)
     text = "---\n".join(k8s_objects.dump(obj) for obj in objects)
-    if output is None:
+    if output is None and not json_mode:
         click.echo(text, nl=False)
-    else:
+    elif output is not None:
         with cli.output_errors("-o"):
             safe_write.write_file(output, text)
-        wrote = escape(f"wrote {len(objects)} object(s) to {output}")
-        Console(stderr=True, highlight=False).print(wrote, soft_wrap=True)
+        err.print(escape(f"wrote {len(objects)} object(s) to {output}"), soft_wrap=True)
+    if json_mode:
+        files = [output] if output is not None else []
+        payload = report.json_payload(
+            "ok", cli.EXIT_OK, warnings=warnings, notices=notices, files=files, objects=objects
+        )
+        report.print_json(payload)
 
 
-def _check_output_dir(output: Path, json_mode: bool) -> None:
-    """Refuse (exit 5, naming the directory and why) an output directory others could plant files in."""
-    try:
-        with cli.output_errors("-o"):
-            safe_write.check_directory(output)
-    except click.ClickException as exc:
-        if json_mode:
-            cli.print_json_error(exc)
-        raise
+def _check_output_dir(output: Path) -> None:
+    """Refuse (exit 5, naming the directory and why; with --json in the document cli._Main prints) an output
+    directory others could plant files in."""
+    with cli.output_errors("-o"):
+        safe_write.check_directory(output)

@@ -1,8 +1,13 @@
 """The lab: podman containers (Debian 12 + systemd) standing in for GPU nodes, reached over SSH as real nodes are.
 
-Each node runs sshd on a loopback-forwarded port. `lab up` generates every node's host key on the controller before
-the node first boots and writes the lab's known_hosts from those keys (never from what a node answers), so host key
-checking stays on exactly as for a real inventory.
+Each node runs sshd on a loopback-forwarded port and has an admin user who escalates with sudo, as most sites' nodes
+do: on the first node root cannot log in over SSH and sudo asks admin's password (the lab's, in a 0600 file of the
+lab's directory, which the inventory's ansible_become_password reads at run time, as a site's vaulted one would be),
+so the lab reaches it as admin; on the others sudo asks no password (NOPASSWD) and the lab logs in as root.
+
+`lab up` generates every node's host key on the controller before the node first boots and writes the lab's
+known_hosts from those keys (never from what a node answers), so host key checking stays on exactly as for a real
+inventory.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -28,6 +34,7 @@ LABEL = "org.nodeforge.lab"
 LOOPBACK = "127.0.0.1"
 SSH_PORT = "22/tcp"
 SSH_USER = "root"
+ADMIN_USER = "admin"
 KEY_TYPE = "ed25519"
 
 
@@ -80,6 +87,20 @@ def inventory_path(name: str) -> Path:
 def client_key(name: str) -> Path:
     """The lab's SSH client key (one per lab): its public half is every node's root authorized_keys."""
     return lab_dir(name) / f"id_{KEY_TYPE}"
+
+
+def become_password_file(name: str) -> Path:
+    """The lab's admin password (sudo asks it on the first node), made once per lab."""
+    return lab_dir(name) / "become-password"
+
+
+def password_node(node: str) -> bool:
+    """Whether a lab node is the one whose root cannot log in over SSH and whose sudo asks admin's password: node 1."""
+    return node.endswith("-1")
+
+
+def login_user(node: str) -> str:
+    return ADMIN_USER if password_node(node) else SSH_USER
 
 
 def known_hosts_path(name: str) -> Path:
@@ -197,9 +218,13 @@ def ssh_common_args(name: str) -> str:
     return f"-o UserKnownHostsFile={shlex.quote(str(known_hosts_path(name)))} -o StrictHostKeyChecking=yes"
 
 
-def ssh_host_vars(name: str, port: int) -> dict[str, object]:
-    """The per-host connection values `lab up` adds to the sample's settings."""
+def ssh_host_vars(name: str, port: int, user: str | None = None) -> dict[str, object]:
+    """The per-host connection values `lab up` adds to the sample's settings (with the user it logs in as, and for
+    the admin user the lab's password, read from its file when a run needs it: never written into the inventory)."""
+    password = f"{{{{ lookup('ansible.builtin.file', {json.dumps(str(become_password_file(name)))}) }}}}"
     return {
+        **({"ansible_user": user} if user else {}),
+        **({"ansible_become_password": password} if user == ADMIN_USER else {}),
         "ansible_host": LOOPBACK,
         "ansible_port": port,
         "ansible_ssh_private_key_file": str(client_key(name)),
@@ -232,21 +257,60 @@ def _published_port(container: str) -> int:
     return int(port)
 
 
-def ssh_command(name: str, port: int, *remote: str) -> list[str]:
+def ssh_command(name: str, port: int, *remote: str, user: str = SSH_USER) -> list[str]:
     """ssh to a lab node as Ansible reaches it: the lab's key and known_hosts, host key checking on."""
     return [
         "ssh", "-i", str(client_key(name)), "-o", "IdentitiesOnly=yes",
         "-o", f"UserKnownHostsFile={known_hosts_path(name)}", "-o", "StrictHostKeyChecking=yes",
-        "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(port), f"{SSH_USER}@{LOOPBACK}", *remote,
+        "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-p", str(port), f"{user}@{LOOPBACK}", *remote,
     ]  # fmt: skip
 
 
-def _wait_ssh(name: str, container: str, port: int, timeout: float = 60.0) -> None:
+# The admin user of every lab node: the lab's key, sudo; on the password node sudo asks the password (Debian's
+# `%sudo ALL=(ALL:ALL) ALL`) and sshd refuses root, elsewhere sudo asks none.
+ADMIN_SCRIPT = """set -e
+id -u admin >/dev/null 2>&1 || useradd --create-home --shell /bin/bash admin
+install -d -m 0700 -o admin -g admin /home/admin/.ssh
+install -m 0600 -o admin -g admin /root/.ssh/authorized_keys /home/admin/.ssh/authorized_keys
+"""
+PASSWORD_NODE_SCRIPT = """chpasswd
+usermod -a -G sudo admin
+rm -f /etc/sudoers.d/nodeforge-lab-admin
+printf 'PermitRootLogin no\\n' > /etc/ssh/sshd_config.d/10-nodeforge-lab.conf
+systemctl reload ssh
+"""
+NOPASSWD_NODE_SCRIPT = """usermod -p '*' admin
+printf 'admin ALL=(ALL) NOPASSWD: ALL\\n' > /etc/sudoers.d/nodeforge-lab-admin
+chmod 0440 /etc/sudoers.d/nodeforge-lab-admin
+visudo -c -q
+"""
+
+
+def _add_admin(name: str, container: str) -> None:
+    """The node's admin user (ADMIN_SCRIPT), through podman (sshd may already refuse root)."""
+    password_file = become_password_file(name)
+    if not password_file.exists():
+        _private_dir(password_file.parent)
+        fd = os.open(password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(18))
+    if password_node(container):
+        script, given = ADMIN_SCRIPT + PASSWORD_NODE_SCRIPT, f"admin:{password_file.read_text().strip()}\n"
+    else:
+        script, given = ADMIN_SCRIPT + NOPASSWD_NODE_SCRIPT, ""
+    cmd = ["podman", "exec", "-i", container, "sh", "-c", script]
+    proc = subprocess.run(cmd, input=given, capture_output=True, text=True, env=podman_env(), check=False)
+    if proc.returncode != 0:
+        raise LabError(f"adding the admin user to lab node {container} failed: {proc.stderr.strip()}")
+
+
+def _wait_ssh(name: str, container: str, port: int, timeout: float = 60.0, user: str = SSH_USER) -> None:
     """Until the node's sshd accepts the lab's key with the lab's known_hosts; a host key that differs fails now."""
     deadline = time.monotonic() + timeout
     error = ""
+    probe = ssh_command(name, port, "true", user=user)
     while time.monotonic() < deadline:
-        proc = subprocess.run(ssh_command(name, port, "true"), capture_output=True, text=True, check=False)
+        proc = subprocess.run(probe, capture_output=True, text=True, check=False)
         if proc.returncode == 0:
             return
         error = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"ssh exited {proc.returncode}"
@@ -322,7 +386,7 @@ def write_inventory(
     ports: dict[str, int] | None = None,
 ) -> Path:
     """The lab's inventory file; hosts with a port in ports are reached over SSH on that loopback port."""
-    host_vars = {h: ssh_host_vars(name, port) for h, port in (ports or {}).items()}
+    host_vars = {h: ssh_host_vars(name, port, login_user(h)) for h, port in (ports or {}).items()}
     path = inventory_path(name)
     _private_dir(path.parent)
     header = (
@@ -391,10 +455,11 @@ def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
             _first_start(name, container)
     for container in all_nodes:
         _wait_booted(container)
+        _add_admin(name, container)
     ports = {container: _published_port(container) for container in all_nodes}
     write_known_hosts(name, ports)
     for container in all_nodes:
-        _wait_ssh(name, container, ports[container])
+        _wait_ssh(name, container, ports[container], user=login_user(container))
     fingerprints = mirror_fingerprints(toolkit_mirror) if toolkit_mirror is not None else None
     path = write_inventory(name, all_nodes, toolkit_mirror is not None, fingerprints, ports)
     if toolkit_mirror is not None:

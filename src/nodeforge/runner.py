@@ -5,7 +5,6 @@ The CLI never shells out to ansible-playbook; everything goes through `ansible_r
 
 from __future__ import annotations
 
-import configparser
 import json
 import os
 import shlex
@@ -83,6 +82,13 @@ class RunOptions:
     keep_runs: int = DEFAULT_KEEP_RUNS
     envvars: dict[str, str] = field(default_factory=dict)
     vault: list[str] = field(default_factory=list)  # --vault-id / --vault-password-file arguments
+    # ansible-playbook's connection and become arguments as given (-u, -b, --become-user, --private-key, -T, -K, -k,
+    # --start-at-task: connection.take), and the answers to its password prompts (pattern -> password).
+    connection: tuple[str, ...] = ()
+    passwords: dict[str, str] = field(default_factory=dict)
+    # --list-hosts, --list-tasks, --list-tags, --syntax-check: ansible-playbook prints (RunResult.output), touches no
+    # host, and the inventory check does not gate it.
+    listing: tuple[str, ...] = ()
 
 
 @dataclass
@@ -105,6 +111,7 @@ class RunResult:
     reboot_required: dict[str, bool]
     duration_s: float
     error: str = ""  # what ansible-playbook printed when it failed before reporting on any host
+    output: str = ""  # what ansible-playbook printed for a listing (--list-hosts, --list-tasks, ...)
     # Per host: Ansible's warnings and the roles' announcements (tasks named "Announce ..." / "Warn ...": a runtime
     # restart, a stack replacement, an unmet expectation), which the operator must see, not only the artifacts.
     notices: dict[str, list[str]] = field(default_factory=dict)
@@ -144,6 +151,7 @@ class RunResult:
             "upgrade_plans": self.upgrade_plans,
             "upgrade_records": self.upgrade_records,
             "error": self.error,
+            **({"output": self.output} if self.output else {}),
         }
 
 
@@ -161,11 +169,36 @@ ACCEPTANCE_TASK = "Report the acceptance checks"
 
 
 class Progress:
-    """Folds ansible-runner events into live state: current play/task, per-host counters, failures."""
+    """Folds ansible-runner events into live state: current play/task, per-host counters, failures.
+
+    A task is shown (`task`, `tasks`) once it does something on a host: a result other than skipped, or a host still
+    at it SHOW_AFTER_S after it started (or after its last skipped loop item). ansible-runner reports a task's start
+    on each host before its `when` is evaluated there, so a task every host skips (render's apply tasks) would
+    otherwise pass for work: it is never shown."""
+
+    # A skip takes milliseconds: a host this long at a task without a result is at work on it.
+    SHOW_AFTER_S = 1.0
+    _STARTS = ("playbook_on_task_start", "playbook_on_handler_task_start")
+    _WORK = (
+        "runner_on_ok",
+        "runner_on_failed",
+        "runner_on_unreachable",
+        "runner_item_on_ok",
+        "runner_item_on_failed",
+        "runner_retry",
+        "runner_on_async_poll",
+        "runner_on_async_ok",
+        "runner_on_async_failed",
+    )
+    _ENDS = ("runner_on_ok", "runner_on_failed", "runner_on_unreachable", "runner_on_skipped")
 
     def __init__(self) -> None:
         self.play = ""
-        self.task = ""
+        self._task = ""
+        self.tasks: list[tuple[str, str]] = []  # (play, task) of each task shown, in the order shown
+        self._started: dict[str, dict[str, Any]] = {}  # by task uuid: play, name, hosts, done, since, shown
+        self._latest: dict[str, Any] | None = None
+        self._show_lock = threading.Lock()
         self.counts: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(COUNTERS, 0))
         self.failures: list[Failure] = []
         self.changes: dict[str, list[str]] = defaultdict(list)
@@ -181,16 +214,53 @@ class Progress:
         if text and text not in self.notices[host]:
             self.notices[host].append(text)
 
+    @property
+    def task(self) -> str:
+        """The task at work: the latest that did something on a host, or that a host has been at for SHOW_AFTER_S."""
+        entry = self._latest
+        if entry is not None and not entry["shown"]:
+            running = entry["hosts"] - entry["done"] or not (entry["hosts"] or entry["done"])
+            if running and time.monotonic() - entry["since"] >= self.SHOW_AFTER_S:
+                self._show(entry)
+        return self._task
+
+    def _show(self, entry: dict[str, Any]) -> None:
+        with self._show_lock:
+            if not entry["shown"]:
+                entry["shown"] = True
+                self.tasks.append((entry["play"], entry["name"]))
+                self._task = entry["name"]
+
+    def _track(self, kind: str, data: dict[str, Any], host: str) -> None:
+        """Which task is at work, from its start, each host's start and each host's result."""
+        uuid = data.get("task_uuid") or ""
+        entry = self._started.get(uuid)
+        if entry is None or kind in self._STARTS:
+            entry = {"play": data.get("play") or self.play, "name": data.get("task", ""), "hosts": set(), "done": set()}
+            entry.update(since=time.monotonic(), shown=False)
+            if uuid:
+                self._started[uuid] = entry
+        if kind in self._STARTS:
+            self._latest = entry
+        elif kind == "runner_on_start":
+            entry["hosts"].add(host)
+        if kind in self._WORK:
+            self._show(entry)
+        if kind in self._ENDS:
+            entry["done"].add(host)
+        if kind in ("runner_on_skipped", "runner_item_on_skipped"):
+            entry["since"] = time.monotonic()
+
     def handle(self, event: dict[str, Any]) -> bool:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         host = data.get("host") or ""
         res = data.get("res") or {}
         with self.lock:
+            if kind in self._STARTS or kind.startswith("runner_"):
+                self._track(kind, data, host)
             if kind == "playbook_on_play_start":
                 self.play = data.get("play", "")
-            elif kind == "playbook_on_task_start":
-                self.task = data.get("task", "")
             elif kind == "runner_on_ok":
                 for warning in res.get("warnings") or []:
                     self._notice(host, f"warning: {warning}")
@@ -258,7 +328,7 @@ def _vault_arg(arg: str) -> str:
 
 
 def _cmdline(opts: RunOptions, extra_vars: list[str]) -> str | None:
-    parts = [*map(_vault_arg, opts.vault), *extra_vars]
+    parts = [*map(_vault_arg, opts.vault), *extra_vars, *opts.connection, *opts.listing]
     if opts.check:
         parts.append("--check")
     if opts.diff:
@@ -290,31 +360,16 @@ def _extra_vars_args(values: tuple[str, ...], directory: Path, ident: str) -> tu
     return args, files
 
 
-def _ansible_cfg(environ: Mapping[str, str], cwd: Path) -> Path | None:
-    """The ansible.cfg ansible-playbook reads, in Ansible's documented order: ANSIBLE_CONFIG (a file, or a directory
-    holding one), ansible.cfg in its working directory, ~/.ansible.cfg, /etc/ansible/ansible.cfg."""
-    named = environ.get("ANSIBLE_CONFIG")
-    candidates = []
-    if named:
-        named_path = Path(os.path.expanduser(named))
-        candidates.append(named_path / "ansible.cfg" if named_path.is_dir() else named_path)
-    candidates += [cwd / "ansible.cfg", Path(os.path.expanduser("~/.ansible.cfg")), Path("/etc/ansible/ansible.cfg")]
-    return next((path for path in candidates if path.is_file()), None)
-
-
-def _skipped_tags(opts: RunOptions, environ: Mapping[str, str], cwd: Path) -> set[str] | None:
+def _skipped_tags(opts: RunOptions, environ: Mapping[str, str], config: Path | None) -> set[str] | None:
     """The tags the run skips, from wherever Ansible takes them: --skip-tags, added to ANSIBLE_SKIP_TAGS or else the
     [tags] skip of its ansible.cfg. None when the ansible.cfg cannot be read (the run may skip anything)."""
     tags = set(_words(opts.skip_tags))
     if "ANSIBLE_SKIP_TAGS" in environ:
         return tags | set(_words(environ["ANSIBLE_SKIP_TAGS"]))
-    config = _ansible_cfg(environ, cwd)
     if config is None:
         return tags
-    parser = configparser.ConfigParser(interpolation=None)
-    try:
-        parser.read(config, encoding="utf-8")
-    except (OSError, UnicodeError, configparser.Error):
+    parser = ansible_settings.read_config(config)
+    if parser is None:
         return None
     return tags | set(_words(parser.get("tags", "skip", fallback="")))
 
@@ -323,11 +378,14 @@ def _words(value: str | None) -> list[str]:
     return [word.strip() for word in (value or "").split(",") if word.strip()]
 
 
-def _gated(playbook: Path, opts: RunOptions, environ: Mapping[str, str]) -> bool:
+def _gated(playbook: Path, opts: RunOptions, environ: Mapping[str, str], config: Path | None) -> bool:
     """Whether the playbook opens with the validation play and the run keeps it: it is tagged always, which only
-    skipping `always` or `tagged` skips, wherever that is set (else the check runs before ansible-playbook starts)."""
-    skipped = _skipped_tags(opts, environ, playbook.resolve().parent)
+    skipping `always` or `tagged` skips, wherever that is set, and a run that starts at a later task passes (else the
+    check runs before ansible-playbook starts)."""
+    skipped = _skipped_tags(opts, environ, config)
     if skipped is None or skipped & {"always", "tagged"}:
+        return False
+    if any(arg.startswith("--start-at-task") for arg in opts.connection):  # it starts past the validation task
         return False
     try:
         plays = yaml.load(playbook.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -374,7 +432,14 @@ def run_playbook(
     private.mkdir(parents=True, exist_ok=True, mode=0o700)
     private.chmod(0o700)
     ident = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}-{path.stem}"
-    gated = gate is not None and _gated(path, opts, {**os.environ, **opts.envvars})
+    environ = {**os.environ, **opts.envvars}
+    # The operator's ansible.cfg, found from their working directory as ansible-playbook would (it runs in the
+    # playbook's directory, so it is told the file by ANSIBLE_CONFIG); nodeforge's settings are defaults beneath it.
+    config_path = ansible_settings.operator_config(environ)
+    config = ansible_settings.read_config(config_path)
+    # A listing touches no host: the inventory check does not hold it up (--list-hosts is how one debugs an inventory).
+    gate = None if opts.listing else gate
+    gated = gate is not None and _gated(path, opts, environ, config_path)
     if gate is not None and not gated:
         gate()  # before anything of the run is written: a refusal leaves nothing behind
     # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect
@@ -393,18 +458,15 @@ def run_playbook(
         # ansible-playbook comes with the Python that runs nodeforge (the venv's bin/), whatever PATH says.
         "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]),
         # The nodeforge.gpu collection this package ships comes first; the `ansible` package's collections follow.
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-            [
-                str(content.collections_dir()),
-                *filter(None, os.environ.get("ANSIBLE_COLLECTIONS_PATH", "").split(os.pathsep)),
-            ]
-        ),
+        "ANSIBLE_COLLECTIONS_PATH": _collections_path(environ, config),
+        **({"ANSIBLE_CONFIG": str(config_path)} if config_path else {}),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_FORCE_COLOR": "False",
         "ANSIBLE_NOCOLOR": "True",
-        # Pipelining, SSH multiplexing, the fact cache, the strategy (ansible_settings.py), unless the caller set them.
-        **ansible_settings.environment(state_dir()),
+        # Pipelining, SSH multiplexing, the fact cache (ansible_settings.py), unless the caller's environment or
+        # ansible.cfg set them.
+        **ansible_settings.environment(state_dir(), environ, config),
         **opts.envvars,
         **({GATE_ENV: str(gate_file), GATE_PID_ENV: str(os.getpid())} if gate_file else {}),
     }
@@ -425,9 +487,11 @@ def run_playbook(
         "cmdline": _cmdline(opts, extra_vars),
         "event_handler": progress.handle,
         "cancel_callback": canceller,
+        # Answers to ansible-playbook's -K/-k prompts, in memory only (suppress_env_files: no env/passwords file).
+        "passwords": opts.passwords or None,
         "suppress_env_files": True,
         # ansible-runner points the fact cache at each run's artifacts unless given a directory: the shared one.
-        **ansible_settings.fact_cache(state_dir()),
+        **ansible_settings.fact_cache(state_dir(), environ, config),
     }
     if opts.inventory:
         # Files and directories by absolute path; a host list ("node-01,node-02,") as it is.
@@ -463,7 +527,29 @@ def run_playbook(
             signal.signal(sig, handler)
         _seal_artifacts(private / "artifacts", ident)
     duration = time.monotonic() - started
-    return _result(str(path), runner, progress, duration)
+    result = _result(str(path), runner, progress, duration)
+    if opts.listing:
+        result.output = _stdout(runner)
+    return result
+
+
+def _collections_path(environ: Mapping[str, str], config: Any) -> str:
+    """The nodeforge.gpu collection this package ships first; then the caller's ANSIBLE_COLLECTIONS_PATH, else its
+    ansible.cfg's collections_path (the `ansible` package's collections come after them, as Ansible finds them)."""
+    theirs = environ.get("ANSIBLE_COLLECTIONS_PATH")
+    if theirs is None and config is not None:
+        theirs = config.get("defaults", "collections_path", fallback="") or config.get(
+            "defaults", "collections_paths", fallback=""
+        )
+    found = [os.path.expanduser(p) for p in (theirs or "").split(os.pathsep) if p]
+    return os.pathsep.join([str(content.collections_dir()), *found])
+
+
+def _stdout(runner: Any) -> str:
+    try:
+        return runner.stdout.read().strip()
+    except (OSError, AttributeError):
+        return ""
 
 
 def _write_private(path: Path, text: str) -> Path:
@@ -507,10 +593,7 @@ def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> 
             hosts[host] = dict(progress.counts[host])
     error = ""
     if runner.status not in ("successful", "canceled") and not hosts:
-        try:
-            error = "\n".join(runner.stdout.read().strip().splitlines()[-15:])
-        except (OSError, AttributeError):
-            error = f"ansible-playbook exited with {runner.rc}"
+        error = "\n".join(_stdout(runner).splitlines()[-15:]) or f"ansible-playbook exited with {runner.rc}"
     return RunResult(
         error=error,
         playbook=playbook,

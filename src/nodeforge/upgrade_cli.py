@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nodeforge import cli, report
+from nodeforge import cli, connection, report
 from nodeforge.collection import upgrade
 from nodeforge.runner import EXIT_ERROR, EXIT_OK, Canceller, RunResult, state_dir
 
@@ -209,8 +209,9 @@ def _run(
     extravars: dict[str, Any],
     canceller: Canceller | None = None,
     watch: Any = None,
-) -> RunResult:
-    """The static check (the target included), then upgrade.yml; the result, whatever its outcome."""
+) -> tuple[RunResult, list[Any]]:
+    """The static check (the target included), then upgrade.yml; the result, whatever its outcome, and the check's
+    warnings."""
     holder: dict[str, RunResult] = {}
 
     def keep(_: Console, result: RunResult) -> int:
@@ -220,52 +221,47 @@ def _run(
     run_kw = {k: v for k, v in kw.items() if k not in INPUT_KEYS}
     if canceller is not None:
         run_kw["canceller"] = canceller
-    cli.run_verb(
-        "upgrade",
-        _inputs(dict(kw), settings),
-        json_mode,
-        spec=spec,
-        extravars=extravars,
-        present=keep,
-        watch=watch,
-        **run_kw,
-    )
-    return holder["result"]
+    inputs = _inputs(dict(kw), settings)
+    cli.run_verb("upgrade", inputs, json_mode, spec=spec, extravars=extravars, present=keep, watch=watch, **run_kw)
+    return holder["result"], inputs.warnings
 
 
-def _unplanned(console: Console, result: RunResult, json_mode: bool) -> None:
+UNPLANNED = "the upgrade's plan could not read every node; no node was touched"
+
+
+def _unplanned(console: Console, run: tuple[RunResult, list[Any]], json_mode: bool) -> None:
     """The plan play could not read every node: report the run and exit; no node was touched."""
-    if json_mode:
-        report.print_json(Console(), {"status": "error", "run": result.as_dict()})
-    else:
-        report.print_result(console, result)
-        console.print("[red]the upgrade's plan could not read every node[/red]; no node was touched")
-    sys.exit(result.exit_code or EXIT_ERROR)
+    result = run[0]
+    report.print_result(console, result)
+    console.print("[red]the upgrade's plan could not read every node[/red]; no node was touched")
+    _finish(json_mode, run, "error", result.exit_code or EXIT_ERROR, error=UNPLANNED)
 
 
 def _plan(
     console: Console, kw: dict[str, Any], settings: dict[str, Any], json_mode: bool, batch: int | None, mu: str | None
-) -> tuple[RunResult, dict[str, Any], dict[str, Any]]:
+) -> tuple[tuple[RunResult, list[Any]], dict[str, Any], dict[str, Any]]:
     """Run the plan play alone; exit when it could not read every node."""
-    result = _run(kw, settings, json_mode, PLAN_VERB, {"upgrade_plan_only": True, **_batch_vars(batch, mu)})
-    if result.exit_code != EXIT_OK or not result.upgrade_plans:
-        _unplanned(console, result, json_mode)
-    plans, sched = plans_and_schedule(result.upgrade_plans, batch, mu)
-    return result, plans, sched
+    run = _run(kw, settings, json_mode, PLAN_VERB, {"upgrade_plan_only": True, **_batch_vars(batch, mu)})
+    if run[0].exit_code != EXIT_OK or not run[0].upgrade_plans:
+        _unplanned(console, run, json_mode)
+    plans, sched = plans_and_schedule(run[0].upgrade_plans, batch, mu)
+    return run, plans, sched
 
 
-def _end_before_batches(console: Console, json_mode: bool, payload: dict[str, Any], yes: bool) -> None:
+def _end_before_batches(
+    console: Console, json_mode: bool, run: tuple[RunResult, list[Any]], payload: dict[str, Any], yes: bool
+) -> None:
     """Exit when the schedule leaves nothing to run: a refused node, every node at the target, or no --yes."""
     sched = payload["schedule"]
     if sched["refused"]:
         console.print("[red]refused[/red]: no node was touched")
-        _finish(json_mode, {**payload, "status": "refused"}, EXIT_ERROR)
+        _finish(json_mode, run, "refused", EXIT_ERROR, **payload)
     if not sched["batches"]:
         console.print("[green]nothing to do[/green]: every node is at the target")
-        _finish(json_mode, {**payload, "status": "current"}, EXIT_OK)
+        _finish(json_mode, run, "current", EXIT_OK, **payload)
     if not yes:
         console.print("nothing was changed: run again with --yes to upgrade in this order")
-        _finish(json_mode, {**payload, "status": "planned"}, EXIT_OK)
+        _finish(json_mode, run, "planned", EXIT_OK, **payload)
 
 
 def register(main: click.Group) -> None:
@@ -292,13 +288,19 @@ def register(main: click.Group) -> None:
             raise click.UsageError("--component is required: driver, ofed, toolkit or stack")
         if kw.get("check"):
             raise click.UsageError("upgrade has no check mode: nodeforge plan --upgrade shows the schedule")
+        listed = [f"--{key.replace('_', '-')}" for key in (*connection.LISTING, "start_at_task") if kw.get(key)]
+        if listed:
+            raise click.UsageError(
+                f"upgrade takes no {listed[0]}: it runs its own plays in its own order; nodeforge plan --upgrade "
+                "shows the schedule, and provision takes the listing options"
+            )
         json_mode = kw.pop("json_mode")
         console = cli._console(json_mode)
         settings = _settings(component, to_version, drain, resume, allow_downgrade)
         if not yes:
-            _, plans, sched = _plan(console, kw, settings, json_mode, batch, max_unavailable)
+            planned, plans, sched = _plan(console, kw, settings, json_mode, batch, max_unavailable)
             print_schedule(console, plans, sched, _reboot_note(component))
-            _end_before_batches(console, json_mode, {"schedule": sched, "plans": plans}, yes)
+            _end_before_batches(console, json_mode, planned, {"schedule": sched, "plans": plans}, yes)
         # With --yes the playbook runs once, its own plan play first. The operator's own stop file (-e
         # upgrade_stop_file: `touch` it from anywhere to stop the run), else one of this run's, which the first
         # Ctrl-C creates.
@@ -322,31 +324,33 @@ def register(main: click.Group) -> None:
                 show_schedule(out, plans)
 
         try:
-            result = _run(kw, settings, json_mode, VERB, run_settings, canceller, watch)
+            run = _run(kw, settings, json_mode, VERB, run_settings, canceller, watch)
+            result = run[0]
         finally:
             if not own:
                 stop_file.unlink(missing_ok=True)
         started = shown or result.upgrade_records
         refused = any(p.get("action") == "refused" for p in result.upgrade_plans.values())
         if not result.upgrade_plans or (not started and not refused and result.exit_code != EXIT_OK):
-            _unplanned(console, result, json_mode)
+            _unplanned(console, run, json_mode)
         if not shown:
             show_schedule(console, dict(result.upgrade_plans))
         plans, sched = shown["plans"], shown["schedule"]
         payload: dict[str, Any] = {"schedule": sched, "plans": plans}
         if not result.upgrade_records:
-            _end_before_batches(console, json_mode, payload, yes)
+            _end_before_batches(console, json_mode, run, payload, yes)
         code = result.exit_code
         print_outcome(console, result, sched, _hint(kw, component, to_version, drain, allow_downgrade))
         status = "done" if code == EXIT_OK else "halted"
-        _finish(
-            json_mode, {**payload, "status": status, "records": result.upgrade_records, "run": result.as_dict()}, code
-        )
+        _finish(json_mode, run, status, code, records=result.upgrade_records, **payload)
 
 
-def _finish(json_mode: bool, payload: dict[str, Any], code: int) -> None:
+def _finish(json_mode: bool, run: tuple[RunResult, list[Any]], status: str, code: int, **extra: Any) -> None:
+    """Exit with code; with --json, the run (the plan play's, or the whole upgrade's) as report.run_payload with this
+    status and the upgrade's own keys (schedule, plans, records)."""
     if json_mode:
-        report.print_json(Console(), payload)
+        result, warnings = run
+        report.print_json(report.run_payload(result, warnings=warnings, status=status, exit_code=code, **extra))
     sys.exit(code)
 
 
@@ -362,7 +366,8 @@ def plan_upgrade(kw: dict[str, Any], options: dict[str, Any]) -> None:
     settings = _settings(
         component, options["to_version"], options["drain"], options["resume"], options["allow_downgrade"]
     )
-    _, plans, sched = _plan(console, kw, settings, json_mode, options["batch"], options["max_unavailable"])
+    planned, plans, sched = _plan(console, kw, settings, json_mode, options["batch"], options["max_unavailable"])
     print_schedule(console, plans, sched, _reboot_note(component))
     status = "refused" if sched["refused"] else "current" if not sched["batches"] else "planned"
-    _finish(json_mode, {"status": status, "schedule": sched, "plans": plans}, EXIT_ERROR if sched["refused"] else 0)
+    code = EXIT_ERROR if sched["refused"] else EXIT_OK
+    _finish(json_mode, planned, status, code, schedule=sched, plans=plans)

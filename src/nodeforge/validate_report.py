@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nodeforge import report as json_report
 from nodeforge.runner import EXIT_ERROR, EXIT_HOST_FAILED, EXIT_OK, RunResult
 
 STATUS_STYLES = {"pass": "green", "fail": "red", "na": "dim", "error": "magenta"}
@@ -32,8 +33,9 @@ def _host_status(checks: list[dict], unreachable: bool, error: bool) -> str:
     return "failed" if any(c.get("status") == "fail" for c in checks) else "passed"
 
 
-def payload(result: RunResult) -> dict[str, Any]:
-    """Every host's results, its status and counts, and the run's summary: what --json writes."""
+def payload(result: RunResult, warnings: Any = (), files: Any = ()) -> dict[str, Any]:
+    """Every host's results, its status and counts, and the run's summary: what --json writes (report.json_payload's
+    shape: hosts are each host's checks here; the check's warnings, the reports written)."""
     hosts: dict[str, Any] = {}
     problem_hosts = {h for h, c in result.hosts.items() if c.get("failed") or c.get("unreachable")}
     for host in sorted(set(result.acceptance) | problem_hosts):
@@ -49,18 +51,22 @@ def payload(result: RunResult) -> dict[str, Any]:
         counts = {s: sum(1 for c in checks if c.get("status") == s) for s in ("pass", "fail", "na", "error")}
         hosts[host] = {"status": _host_status(checks, unreachable, error), "counts": counts, "checks": checks}
     failed = any(h["status"] != "passed" for h in hosts.values())
-    return {
-        "status": "failed" if failed or result.exit_code != EXIT_OK or not hosts else "passed",
-        "exit_code": exit_code(result, hosts),
-        "hosts": hosts,
-        "run": {
+    return json_report.json_payload(
+        "failed" if failed or result.exit_code != EXIT_OK or not hosts else "passed",
+        exit_code(result, hosts),
+        warnings=warnings,
+        notices=json_report.run_notices(result.notices),
+        files=files,
+        hosts=hosts,
+        failures=[f.__dict__ for f in result.failures],
+        run={
             "playbook": result.playbook,
             "status": result.status,
             "duration_s": round(result.duration_s, 2),
             "artifacts": result.artifacts,
             "error": result.error,
         },
-    }
+    )
 
 
 def exit_code(result: RunResult, hosts: dict[str, Any]) -> int:
