@@ -120,11 +120,16 @@ def _reported(artifacts: str, task: str) -> dict:
     raise AssertionError(f"no result of {task!r} in {artifacts}")
 
 
+def _effective(inventory: Path):
+    """A run of settings.yml: its result, and the settings Ansible's config lookup saw in it."""
+    result = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(inventory)))
+    assert result.exit_code == EXIT_OK, result.error
+    return result, _reported(result.artifacts, "Report the effective settings")
+
+
 @pytest.mark.slow
 def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir):
-    first = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    assert first.exit_code == EXIT_OK
-    reported = _reported(first.artifacts, "Report the effective settings")
+    first, reported = _effective(local_inventory)
     assert reported == {
         "pipelining": True,
         "gathering": "smart",
@@ -155,8 +160,7 @@ def test_runs_get_the_settings_and_reuse_cached_facts(local_inventory, state_dir
 def test_operator_environment_overrides_a_setting(local_inventory, monkeypatch):
     monkeypatch.setenv("ANSIBLE_PIPELINING", "False")
     monkeypatch.setenv("ANSIBLE_GATHERING", "explicit")
-    result = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    reported = _reported(result.artifacts, "Report the effective settings")
+    _, reported = _effective(local_inventory)
     assert reported["pipelining"] is False and reported["gathering"] == "explicit"
     assert reported["cache_plugin"] == "jsonfile"
 
@@ -286,9 +290,7 @@ def test_an_ansible_cfg_where_the_operator_works_wins_over_the_shipped_settings(
         f"[ssh_connection]\npipelining = False\ncontrol_path_dir = {sockets}\n",
     )
     monkeypatch.chdir(work)
-    result = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    assert result.exit_code == EXIT_OK, result.error
-    reported = _reported(result.artifacts, "Report the effective settings")
+    _, reported = _effective(local_inventory)
     assert reported == {
         "pipelining": False,
         "gathering": "explicit",
@@ -298,6 +300,5 @@ def test_an_ansible_cfg_where_the_operator_works_wins_over_the_shipped_settings(
         "control_path_dir": str(sockets),
     }
     monkeypatch.setenv("ANSIBLE_GATHERING", "implicit")
-    again = run_playbook(str(PLAYBOOKS / "settings.yml"), RunOptions(inventory=str(local_inventory)))
-    reported = _reported(again.artifacts, "Report the effective settings")
+    _, reported = _effective(local_inventory)
     assert reported["gathering"] == "implicit" and reported["pipelining"] is False

@@ -312,7 +312,7 @@ def become_works_as_sites_have_it(lab_name: str, nodes: list[str], tmp_path) -> 
     child.sendline("not-" + password)
     child.expect(pexpect.EOF)
     child.close()
-    assert child.exitstatus == 2 and "Incorrect sudo password" in child.before, child.before
+    assert child.exitstatus == 2 and "Incorrect sudo password" in " ".join(child.before.split()), child.before
     # Node 2: sudo without a password, -u and -b alone.
     since = _now(second)
     run = CliRunner().invoke(main, ["preflight", "-i", str(inventory), "-l", second, "-u", "admin", "-b", "--json"])
