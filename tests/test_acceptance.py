@@ -521,6 +521,8 @@ def test_evaluate_ib_write_bw():
     # The Redbook's floor, 11,000 perftest MB/sec, in this unit.
     assert acceptance.evaluate_ib_write_bw(report, 11000 * acceptance.PERFTEST_MB / 1e6)["status"] == "pass"
     assert acceptance.evaluate_ib_write_bw(report, 11811.29)["status"] == "fail"
+    # A floor is met at the floor itself ("at least"), in MB/s as measured.
+    assert acceptance.evaluate_ib_write_bw(report, 11811.28)["status"] == "pass"
     assert acceptance.evaluate_ib_write_bw(report, None)["status"] == "na"
 
 
@@ -615,9 +617,13 @@ def test_evaluate_nccl_busbw_and_latency():
     assert (busbw["status"], busbw["measured"], busbw["expected"], busbw["unit"]) == ("pass", 5.7, 5.0, "GB/s")
     assert busbw["reason"] == "peak 5.7 GB/s at 67108864 bytes (average 1.93019 GB/s), floor 5.0 GB/s"
     assert acceptance.evaluate_nccl_busbw(text, 40)["status"] == "fail"
+    assert acceptance.evaluate_nccl_busbw(text, 5.7)["status"] == "pass"  # at the floor: met
+    assert acceptance.evaluate_nccl_busbw(text, 5.71)["status"] == "fail"
     latency = acceptance.evaluate_nccl_latency(text, 100)
     assert (latency["status"], latency["measured"], latency["unit"]) == ("pass", 78.92, "us")
     assert acceptance.evaluate_nccl_latency(text, 50)["status"] == "fail"
+    assert acceptance.evaluate_nccl_latency(text, 78.92)["status"] == "pass"  # at the ceiling: met
+    assert acceptance.evaluate_nccl_latency(text, 78.91)["status"] == "fail"
     assert acceptance.evaluate_nccl_latency(text, None)["status"] == "na"
 
 

@@ -77,6 +77,12 @@ def test_selinux_boolean_changes_against_booleans_local():
     wanted = {"container_use_devices": True, "virt_use_nfs": "yes", "domain_can_mmap_files": False}
     assert decisions.selinux_boolean_changes(wanted, local) == {"virt_use_nfs": True, "domain_can_mmap_files": False}
     assert decisions.selinux_boolean_changes({"container_use_devices": "on"}, local) == {}
+    # Off written as Ansible takes a bool ("off", "no", "false", 0) is what booleans.local holds: nothing to rewrite.
+    for off in ("off", "no", "false", 0, False):
+        assert decisions.selinux_boolean_changes({"virt_use_nfs": off}, local) == {}, off
+    assert decisions.selinux_boolean_changes({"container_use_devices": "off"}, local) == {
+        "container_use_devices": False
+    }
     assert parsers.booleans_local(local) == {"container_use_devices": "1", "virt_use_nfs": "0"}
 
 

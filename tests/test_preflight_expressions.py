@@ -298,6 +298,28 @@ def test_preflight_result_of_a_node_that_meets_every_expectation():
     assert tuple(result) == documented_keys()
 
 
+@pytest.mark.parametrize(
+    ("allow", "in_container", "unmet"),
+    [(False, False, True), (True, False, False), ("yes", False, False), ("false", False, True), (False, True, False)],
+)
+def test_secure_boot_is_unmet_unless_allowed(allow, in_container, unmet):
+    """Secure Boot enabled stops the node (the unsigned DKMS modules would not load), unless the inventory says a MOK
+    key is enrolled (preflight_allow_secure_boot, read as Ansible reads a bool) or the node is a container."""
+    probe = probed(
+        "SecureBoot enabled",
+        exists=(EFIVAR, "/sys/firmware/efi"),
+        headers=POLICY.format(installed="(none)", candidate="6.1"),
+    )
+    result = preflight_result(
+        __preflight_probe=probe,
+        __preflight_repo_probe={"results": []},
+        preflight_allow_secure_boot=allow,
+        nodeforge_in_container=in_container,
+    )
+    said = [line for line in result["unmet"] if line.startswith("Secure Boot is enabled")]
+    assert (bool(said), result["passed"]) == (unmet, not unmet), result["unmet"]
+
+
 def documented_keys() -> tuple[str, ...]:
     """preflight_result's keys in the order the README documents them."""
     readme = (ROLE / "README.md").read_text().split("## Facts set", 1)[1].split("## Variables", 1)[0]

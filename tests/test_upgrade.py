@@ -243,9 +243,11 @@ def test_gpu_pods_leave_out_daemonsets_and_finished_pods():
             "status": {"phase": phase},
         }
 
+    # A Pending pod holding GPUs is waited for too: it is scheduled on the node and starts once the drain ends.
     pods = [pod("train", 8), pod("dcgm-exporter", 1, owner="DaemonSet"), pod("cpu-only", 0),
-            pod("old", 1, phase="Succeeded"), pod("asks", "2", where="requests")]  # fmt: skip
-    assert FILTERS["upgrade_gpu_pods"](pods) == ["ml/train", "ml/asks"]
+            pod("old", 1, phase="Succeeded"), pod("asks", "2", where="requests"), pod("queued", 1, phase="Pending"),
+            pod("broke", 1, phase="Failed")]  # fmt: skip
+    assert FILTERS["upgrade_gpu_pods"](pods) == ["ml/train", "ml/asks", "ml/queued"]
 
 
 def test_state_record_carries_the_step_versions_and_message():

@@ -392,6 +392,10 @@ def test_perf_checks_judge_ib_write_bw_against_the_line_rate():
     assert {
         r["status"] for r in validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": ib}, raised, "x")[:4]
     } == {"fail"}
+    # validate_rdma_fraction moves the floor with the line rate: 95% of 100 Gb/s is 11875 MB/s, above what was measured.
+    stricter = expect("dgx-1", validate_rdma_fraction=0.95)
+    judged = [r for r in validate.perf_checks({"enabled": True, "peer": "dgx02", "ib": ib}, stricter, "x")][:4]
+    assert [(r["status"], r["expected"]) for r in judged] == [("fail", 11875.0)] * 4
     others = by_check(results)
     assert others["nccl_busbw"]["reason"] == "nccl-tests are not installed (no all_reduce_perf)"
     assert others["dcgm_diag"]["reason"] == "DCGM is not installed (no dcgmi)"
