@@ -47,7 +47,9 @@ def test_ofed_info_reports_the_pinned_version(node):
 
 
 def test_an_unset_ofed_mode_keeps_the_installed_mlnx_ofed(node):
-    """The manifest's default mode is doca: an unset ofed_mode used to resolve to it and uninstall MLNX_OFED."""
+    """An unset ofed_mode used to resolve to the default mode (the manifest's doca; profile lab's own, inbox, since
+    that profile says it) and uninstall MLNX_OFED: the installed stack is kept, and the report says which default it
+    would otherwise be."""
     run = verify_lib.run_playbook(CONVERGE, {"ofed_mode": ""})
     assert run.rc == 0, run.failed
     # Only the verifier's copy of ofed_facts changes (mode_from says why the stack was kept); the node's stack not.
@@ -56,7 +58,7 @@ def test_an_unset_ofed_mode_keeps_the_installed_mlnx_ofed(node):
     assert (facts["mode"], facts["stack"]) == ("mlnx_ofed", "mlnx_ofed")
     assert facts["mode_from"].startswith("the installed stack (ofed_mode unset")
     report = run.results("Check the settings and report what ofed works with")[-1]["msg"][0]
-    assert "stack mlnx_ofed (from the installed stack (ofed_mode unset; the default would be doca))" in report
+    assert "stack mlnx_ofed (from the installed stack (ofed_mode unset; the default would be inbox))" in report
     assert node.check_output("ofed_info -s") == "MLNX_OFED_LINUX-24.10-3.2.5.0:"
 
 
