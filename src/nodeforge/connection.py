@@ -31,7 +31,6 @@ VALUED = {
     "timeout": "--timeout",
     "start_at_task": "--start-at-task",
 }
-PASSWORD_KEYS = ("ask_become_pass", "ask_pass")
 
 
 def _ask(prompt: str) -> Any:

@@ -360,15 +360,17 @@ def _extra_vars_args(values: tuple[str, ...], directory: Path, ident: str) -> tu
     return args, files
 
 
-def _skipped_tags(opts: RunOptions, environ: Mapping[str, str], config: Path | None) -> set[str] | None:
+def _skipped_tags(
+    opts: RunOptions, environ: Mapping[str, str], config_path: Path | None, parser: Any
+) -> set[str] | None:
     """The tags the run skips, from wherever Ansible takes them: --skip-tags, added to ANSIBLE_SKIP_TAGS or else the
-    [tags] skip of its ansible.cfg. None when the ansible.cfg cannot be read (the run may skip anything)."""
+    [tags] skip of its ansible.cfg (at config_path, as read_config parsed it). None when the ansible.cfg cannot be read
+    (the run may skip anything)."""
     tags = set(_words(opts.skip_tags))
     if "ANSIBLE_SKIP_TAGS" in environ:
         return tags | set(_words(environ["ANSIBLE_SKIP_TAGS"]))
-    if config is None:
+    if config_path is None:
         return tags
-    parser = ansible_settings.read_config(config)
     if parser is None:
         return None
     return tags | set(_words(parser.get("tags", "skip", fallback="")))
@@ -378,11 +380,11 @@ def _words(value: str | None) -> list[str]:
     return [word.strip() for word in (value or "").split(",") if word.strip()]
 
 
-def _gated(playbook: Path, opts: RunOptions, environ: Mapping[str, str], config: Path | None) -> bool:
+def _gated(playbook: Path, opts: RunOptions, environ: Mapping[str, str], config_path: Path | None, config: Any) -> bool:
     """Whether the playbook opens with the validation play and the run keeps it: it is tagged always, which only
     skipping `always` or `tagged` skips, wherever that is set, and a run that starts at a later task passes (else the
     check runs before ansible-playbook starts)."""
-    skipped = _skipped_tags(opts, environ, config)
+    skipped = _skipped_tags(opts, environ, config_path, config)
     if skipped is None or skipped & {"always", "tagged"}:
         return False
     if any(arg.startswith("--start-at-task") for arg in opts.connection):  # it starts past the validation task
@@ -439,7 +441,7 @@ def run_playbook(
     config = ansible_settings.read_config(config_path)
     # A listing touches no host: the inventory check does not hold it up (--list-hosts is how one debugs an inventory).
     gate = None if opts.listing else gate
-    gated = gate is not None and _gated(path, opts, environ, config_path)
+    gated = gate is not None and _gated(path, opts, environ, config_path, config)
     if gate is not None and not gated:
         gate()  # before anything of the run is written: a refusal leaves nothing behind
     # ansible-runner asks cancel_callback between its waits for output: a stop (Ctrl-C, a refused check) takes effect
