@@ -4,7 +4,7 @@ VENV := .venv/bin
 export CONTAINERS_CONF := $(CURDIR)/containers/containers.conf
 LAB_NODES ?= 2
 
-.PHONY: setup lab lab-down lint docs test unit molecule bench
+.PHONY: setup lab lab-down lint docs test unit molecule bench mutation
 
 setup:
 	@bash tools/setup.sh
@@ -59,3 +59,8 @@ test: setup
 
 bench: setup
 	$(VENV)/python bench/run.py
+
+# Mutation testing (tools/mutation.py, mutmut): every mutant of the decision code against the fast suite, the score
+# per module and the survivors. About an hour on 2 cores: not part of `make test`.
+mutation: setup
+	$(VENV)/python tools/mutation.py

@@ -62,8 +62,20 @@ def test_nv_peer_mem_installed_with_the_same_digest_is_current_whatever_its_buil
         "nv-peer-mem-6.1.0-30-amd64": [{"version": "1.3", "release": "0+nf20250101000000.0123456789"}],
     }
     current, stale = builds(packages)
-    assert (current["needed"], current["installed"]) == (False, f"1.3-0+nf20250101000000.{digest}")
-    assert stale["needed"] is True
+    assert current == {
+        "kernel": "6.1.0-28-amd64",
+        "package": "nv-peer-mem-6.1.0-28-amd64",
+        "version": "1.3",
+        "release": first["release"],
+        "full_version": f"1.3-{first['release']}",
+        "installed": f"1.3-0+nf20250101000000.{digest}",
+        "needed": False,
+    }
+    assert (stale["kernel"], stale["needed"]) == ("6.1.0-30-amd64", True)
+    # A Debian package carries its whole version in `version` (package_facts gives it no release).
+    debian = {"nv-peer-mem-6.1.0-28-amd64": [{"version": f"1.3-0+nf20250101000000.{digest}"}]}
+    assert builds(debian)[0]["installed"] == f"1.3-0+nf20250101000000.{digest}"
+    assert builds(debian)[0]["needed"] is False
 
 
 def test_rpm_spec_reads_version_and_the_release_define():
@@ -137,6 +149,27 @@ def test_runtime_restart_tells_the_truth_about_running_containers(
     decided = decisions.runtime_restart(runtime, allowed, containers, live_restore, 2)
     assert decided["restart"] is restart
     assert words in decided["message"] and decided["message"].endswith("2 GPU process(es) running on the node.")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "containers", "live_restore", "message"),
+    [
+        ("containerd", None, False, "containerd is restarted now to apply the nvidia runtime configuration: running "
+         "containers keep running (their shims are not restarted)."),
+        ("docker", 0, False, "docker is restarted now to apply the nvidia runtime configuration: no container is "
+         "running (daemon.json has no live-restore)."),
+        ("docker", 3, True, "docker is restarted now to apply the nvidia runtime configuration: running containers "
+         "keep running (live-restore)."),
+        ("docker", None, False, "docker is not restarted: its containers could not be counted, and any running one "
+         "would be stopped (daemon.json has no live-restore); the nvidia runtime configuration applies at its next "
+         "start: restart it in a maintenance window, or set live-restore: true."),
+    ],
+)  # fmt: skip
+def test_runtime_restart_says_exactly_what_happens_with_no_gpu_process_running(
+    runtime, containers, live_restore, message
+):
+    """The operator's whole message, word for word, when no GPU process runs (and outside check mode)."""
+    assert decisions.runtime_restart(runtime, True, containers, live_restore, 0)["message"] == message
 
 
 def test_runtime_restart_in_check_mode_says_it_would():

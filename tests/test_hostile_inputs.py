@@ -37,10 +37,14 @@ FILTERS = "ansible_collections.nodeforge.gpu.plugins.filter"
 
 
 def public_functions(module: types.ModuleType) -> dict[str, Callable]:
+    """The module's public functions; under `make mutation`, not the copies mutmut adds (x_NAME__mutmut_N)."""
     return {
         name: value
         for name, value in vars(module).items()
-        if inspect.isfunction(value) and value.__module__ == module.__name__ and not name.startswith("_")
+        if inspect.isfunction(value)
+        and value.__module__ == module.__name__
+        and not name.startswith("_")
+        and "__mutmut_" not in name
     }
 
 

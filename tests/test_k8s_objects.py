@@ -339,3 +339,50 @@ def test_a_boolean_given_as_text_is_the_boolean_it_means(given, enabled):
     [device_plugin] = _file("k8s_gpu_device_plugin", "upstream", "nvidia-device-plugin.yml")
     [runtime_class] = _file("k8s_gpu_device_plugin", "runtimeclass-nvidia.yaml")
     assert bool(k8s_objects.gpu_device_plugin(c, device_plugin, runtime_class)) is enabled
+
+
+DAEMONSET = {"kind": "DaemonSet", "metadata": {"name": "plugin", "namespace": "kube-system"}}
+CONFLICT = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "status": "Failure",
+    "message": 'Apply failed with 1 conflict: conflict with "kubectl-set" using apps/v1: .spec.template.spec'
+    '.containers[name="ctr"].image',
+    "reason": "Conflict",
+    "code": 409,
+}
+
+
+def refused(item: dict, msg: str, reason: str = "") -> dict:
+    return {"failed": True, "item": item, "msg": msg, **({"reason": reason} if reason else {})}
+
+
+def test_refusals_name_each_refused_object_with_the_api_server_s_reason_and_a_hint():
+    results = [
+        {"changed": True, "item": {"kind": "Node", "metadata": {"name": "gpu-1"}}},
+        refused(DAEMONSET, "Failed to apply object: " + json.dumps(CONFLICT, separators=(",", ":")), "Conflict"),
+        refused({"kind": "Namespace", "metadata": {"name": "mpi"}}, "Failed to create object: timed out"),
+    ]
+    assert k8s_validate.refusals(results) == (
+        'DaemonSet kube-system/plugin: Conflict: Apply failed with 1 conflict: conflict with "kubectl-set" using '
+        'apps/v1: .spec.template.spec.containers[name="ctr"].image; Namespace mpi: timed out. '
+        + k8s_validate.REFUSAL_HINTS["Conflict"]
+    )
+
+
+def test_refusals_never_show_a_secret_s_reply_unless_it_is_a_status():
+    forbidden = {**CONFLICT, "reason": "Forbidden", "code": 403, "message": 'secrets "token" is forbidden: User "ci"'}
+    secret = {"kind": "Secret", "metadata": {"name": "token", "namespace": "ci"}}
+    assert k8s_validate.refusals([refused(secret, 'Failed to apply object: b\'{"data": {"token": "c2VjcmV0"}}\'')]) == (
+        "Secret ci/token: no reason shown for a Secret."
+    )
+    status = "Failed to apply object: " + json.dumps(forbidden, separators=(",", ":"))
+    assert k8s_validate.refusals([refused(secret, status, "Forbidden")]) == (
+        'Secret ci/token: Forbidden: secrets "token" is forbidden: User "ci". '
+        + k8s_validate.REFUSAL_HINTS["Forbidden"]
+    )
+    # A reply that only starts like a Status is shown as it came, and nothing failed is nothing refused.
+    assert k8s_validate.refusals([refused(DAEMONSET, '{"kind":"Status", cut')]) == (
+        'DaemonSet kube-system/plugin: {"kind":"Status", cut.'
+    )
+    assert k8s_validate.refusals([{"failed": False, "item": DAEMONSET}]) == ""

@@ -14,6 +14,8 @@ description:
   - C(kubeconfig_server) reads a kubeconfig's text and returns the server of its current-context, or of the context
     given, so that a message about a server that does not answer can name it.
   - C(k8s_describe) names an object as messages do (C(Kind namespace/name)).
+  - C(k8s_refusals) reads the results of an apply loop of kubernetes.core.k8s and says which objects the API server
+    refused and why (its Status reason and message), with a hint per reason (Conflict, Forbidden).
 author: nodeforge
 options:
   _input:
@@ -30,4 +32,8 @@ def kubeconfig_server(text: str, context: str = "", path: str = "") -> str:
 
 class FilterModule:
     def filters(self):
-        return {"kubeconfig_server": kubeconfig_server, "k8s_describe": k8s_validate.describe}
+        return {
+            "kubeconfig_server": kubeconfig_server,
+            "k8s_describe": k8s_validate.describe,
+            "k8s_refusals": k8s_validate.refusals,
+        }

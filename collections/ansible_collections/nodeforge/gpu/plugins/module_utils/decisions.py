@@ -54,7 +54,8 @@ def nv_peer_mem_builds(
         installed = (packages.get(name) or [{}])[0]
         have = ""
         if installed:
-            have = str(installed.get("version", "")) + (f"-{installed['release']}" if installed.get("release") else "")
+            # package_facts: every entry has a version; rpm's have a release, Debian's none.
+            have = str(installed["version"]) + (f"-{installed['release']}" if installed.get("release") else "")
         wanted = "^" + re.escape(f"{spec['version']}-{spec['release']}{sep}") + "nf[0-9]+[.]" + digest + "$"
         builds.append(
             {
@@ -150,8 +151,7 @@ def apt_lists_stale(refreshed: Any, valid_time: Any, now: Any) -> bool:
     """Whether apt lists last refreshed at `refreshed` (seconds since the epoch, as `stat --format=%Y` prints it) are
     valid_time seconds old or older at `now`: the one freshness rule of the nodeforge role's apt_lists.yml and of the
     roles that skip including it. A time not known ('', None, not a number) counts as old."""
-    text = "" if refreshed is None else str(refreshed).strip()
     try:
-        return float(now) - int(text) >= int(valid_time)
+        return float(now) - int(str(refreshed).strip()) >= int(valid_time)
     except ValueError:
         return True

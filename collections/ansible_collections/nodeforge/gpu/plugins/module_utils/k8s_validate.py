@@ -13,6 +13,7 @@ x-kubernetes-preserve-unknown-fields. Every problem names the object, the field 
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -57,6 +58,52 @@ def describe(obj: Mapping[str, Any]) -> str:
     name = meta.get("name", "<no name>")
     namespace = meta.get("namespace")
     return f"{obj.get('kind', '<no kind>')} {namespace + '/' if namespace else ''}{name}"
+
+
+# kubernetes.core.k8s's msg for an object the API server refused: this prefix, then the server's reply (a Status).
+_REFUSED_PREFIX = re.compile(r"^Failed to [a-z]+ object: ")
+REFUSAL_HINTS = {
+    "Conflict": "Conflict: another field manager (kubectl edit or set, another tool) changed those fields since, and "
+    "nodeforge does not take them over (force_conflicts false): undo that change, or have the inventory render the "
+    "value it set.",
+    "Forbidden": "Forbidden: the kubeconfig's user lacks that RBAC permission.",
+}
+
+
+def refusals(results: Iterable[Any]) -> str:
+    """The objects the API server refused, from the results of k8s_cluster's apply loop: 'Kind ns/name: Reason:
+    message' for each failed item (the server's Status object), '; ' between them, then a hint per reason. A Secret
+    whose reply is not a Status is named without it (the reply could hold the Secret's data)."""
+    refused, reasons = [], []
+    for result in results or []:
+        if not isinstance(result, Mapping) or not result.get("failed"):
+            continue
+        item = result.get("item") if isinstance(result.get("item"), Mapping) else {}
+        text = _REFUSED_PREFIX.sub("", str(result.get("msg", "")))
+        status = _status(text)
+        if status.get("message"):
+            shown = f"{status.get('reason', '')}: {status['message']}"
+        elif item.get("kind") == "Secret":
+            shown = "no reason shown for a Secret"
+        else:
+            shown = text
+        refused.append(f"{describe(item)}: {shown}")
+        reasons.append(result.get("reason") or status.get("reason"))
+    if not refused:
+        return ""
+    hints = [hint for reason, hint in REFUSAL_HINTS.items() if reason in reasons]
+    return " ".join(["; ".join(refused) + ".", *hints])
+
+
+def _status(text: str) -> dict:
+    """The API server's Status object in a reply's text, or {}."""
+    if not text.startswith('{"kind":"Status"'):
+        return {}
+    try:
+        status = json.loads(text)
+    except ValueError:
+        return {}
+    return status if isinstance(status, dict) else {}
 
 
 def _path(parts: Iterable[Any]) -> str:

@@ -1,0 +1,206 @@
+"""Mutation testing of nodeforge's decision code with mutmut (`make mutation`).
+
+mutmut 3 copies the code it mutates into mutants/ and imports it from there by the module name its path gives
+(src/ stripped). The collection's module_utils are imported through Ansible's collection loader as
+ansible_collections.nodeforge.gpu.plugins.module_utils.NAME, from the collections path nodeforge.content points at.
+So the run happens in a staging project, build/mutation/, laid out for both:
+
+    src/ansible_collections/nodeforge/gpu   the collection (copied)
+    src/nodeforge                           the CLI package; content/collections -> ../.. (that is, src/)
+    tests/                                  the tests (copied)
+    pyproject.toml                          mutmut's and pytest's settings
+    mutants/<every other top-level entry>   links to the repository's (tools, molecule, docs, .venv...);
+                                            mutants/collections/ansible_collections -> ../src/ansible_collections,
+                                            so a test reading the collection's files reads the mutated copy
+
+mutmut runs the fast suite (not slow, molecule or matrix) once to learn which tests reach each function, then runs
+each mutant against those tests only, two at a time. This script then prints the score per module and every
+surviving mutant that docs/testing.md does not list as equivalent (tools/mutation_equivalent.txt holds their
+names, one per line with the reason after a '#').
+
+Usage: python tools/mutation.py [--module NAME ...] [--max-children N] [--report-only]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+STAGE = REPO / "build" / "mutation"
+COLLECTION = Path("ansible_collections/nodeforge/gpu")
+MODULE_UTILS = COLLECTION / "plugins/module_utils"
+EQUIVALENT = REPO / "tools" / "mutation_equivalent.txt"
+
+# The decision modules (the issue's 90% bar) and the CLI's runner and report logic.
+DECISION_MODULES = [
+    "rules",
+    "settings",
+    "decisions",
+    "acceptance",
+    "validate",
+    "upgrade",
+    "scale",
+    "k8s_objects",
+    "mpijob_convert",
+    "parsers",
+]
+CLI_MODULES = ["runner", "report"]
+
+# Top-level entries of the repository that the staging project builds itself; every other one is linked.
+OWN = {"src", "tests", "collections", "pyproject.toml", "build", "roles", "playbooks", ".git", "mutants"}
+PYTEST_ARGS = [
+    *("-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow and not molecule and not matrix"),
+    # Checks the repository's layout (roles/ links into collections/), which the staging project lays out otherwise.
+    *("--deselect", "tests/test_collection.py::test_model_reads_the_collection_s_roles"),
+]
+
+
+def source_path(module: str) -> str:
+    if module in CLI_MODULES:
+        return f"src/nodeforge/{module}.py"
+    return f"src/{MODULE_UTILS}/{module}.py"
+
+
+def module_of(mutant: str) -> str:
+    """`ansible_collections.nodeforge.gpu.plugins.module_utils.rules.x_f__mutmut_3` -> rules."""
+    return mutant.split(".x")[0].rsplit(".", 1)[-1] if ".x" in mutant else mutant.rsplit(".", 2)[-2]
+
+
+def stage(modules: list[str]) -> None:
+    if STAGE.exists():
+        shutil.rmtree(STAGE)
+    (STAGE / "src").mkdir(parents=True)
+    shutil.copytree(REPO / "collections" / COLLECTION, STAGE / "src" / COLLECTION, symlinks=True)
+    shutil.copytree(REPO / "src" / "nodeforge", STAGE / "src" / "nodeforge", symlinks=True)
+    # mutmut copies files, not the links of nodeforge/content: the staged package and its copy in mutants/ get them
+    # here (mutmut leaves a path it finds in mutants/ as it is).
+    for content in (STAGE / "src/nodeforge/content", STAGE / "mutants/src/nodeforge/content"):
+        content.mkdir(parents=True, exist_ok=True)
+        for link in ("collections", "containers", "inventories", "lab"):
+            (content / link).unlink(missing_ok=True)
+            (content / link).symlink_to("../.." if link == "collections" else REPO / link)
+    shutil.copytree(REPO / "tests", STAGE / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    pytest_settings = _pytest_settings()
+    config = [
+        "[tool.mutmut]",
+        'source_paths = ["src/"]',
+        f"only_mutate = {json.dumps([source_path(m) for m in modules])}",
+        f"pytest_add_cli_args = {json.dumps(PYTEST_ARGS)}",
+        'pytest_add_cli_args_test_selection = ["tests/"]',
+        "use_git_change_detection = false",
+        "",
+        pytest_settings,
+    ]
+    (STAGE / "pyproject.toml").write_text("\n".join(config) + "\n")
+    mutants = STAGE / "mutants"
+    for entry in REPO.iterdir():
+        if entry.name not in OWN:
+            (mutants / entry.name).symlink_to(entry)
+    (mutants / "collections").mkdir()
+    for entry in (REPO / "collections").iterdir():
+        target = "../src/ansible_collections" if entry.name == "ansible_collections" else entry
+        (mutants / "collections" / entry.name).symlink_to(target)
+    if (REPO.parent / "shared").exists():  # the upstream references some tests read, beside the repository
+        (STAGE / "shared").symlink_to(REPO.parent / "shared")
+    for link in ("roles", "playbooks"):
+        (mutants / link).symlink_to(f"src/{COLLECTION}/{link}")
+    (mutants / "build").mkdir()
+
+
+def _pytest_settings() -> str:
+    """The repository's [tool.pytest.ini_options] section, as it stands."""
+    lines = (REPO / "pyproject.toml").read_text().splitlines()
+    start = lines.index("[tool.pytest.ini_options]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def results() -> dict[str, str]:
+    """Every mutant's status, as `mutmut results --all true` prints them."""
+    out = subprocess.run(
+        [str(REPO / ".venv/bin/mutmut"), "results", "--all", "true"],
+        cwd=STAGE,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    statuses = {}
+    for line in out.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep:
+            statuses[name] = status
+    return statuses
+
+
+def equivalent() -> dict[str, str]:
+    if not EQUIVALENT.exists():
+        return {}
+    reasons = {}
+    for line in EQUIVALENT.read_text().splitlines():
+        name, _, reason = line.partition("#")
+        if name.strip():
+            reasons[name.strip()] = reason.strip()
+    return reasons
+
+
+def report(statuses: dict[str, str]) -> int:
+    known = equivalent()
+    table: dict[str, Counter] = {}
+    survivors = []
+    for name, status in sorted(statuses.items()):
+        counts = table.setdefault(module_of(name), Counter())
+        counts["mutants"] += 1
+        if status in ("killed", "timeout", "segfault", "caught by type check"):
+            counts["killed"] += 1
+        elif name in known:
+            counts["equivalent"] += 1
+        else:
+            counts["survived"] += 1
+            survivors.append((name, status))
+    print(f"{'module':<16} {'mutants':>8} {'killed':>7} {'survived':>9} {'equivalent':>11} {'score':>7}")
+    failing = []
+    for module, counts in sorted(table.items()):
+        effective = counts["mutants"] - counts["equivalent"]
+        score = 100.0 * counts["killed"] / effective if effective else 100.0
+        print(
+            f"{module:<16} {counts['mutants']:>8} {counts['killed']:>7} {counts['survived']:>9} "
+            f"{counts['equivalent']:>11} {score:>6.1f}%"
+        )
+        if module in DECISION_MODULES and score < 90.0:
+            failing.append(module)
+    stale = sorted(set(known) - {name for name, _ in survivors} - set(statuses))
+    print(f"\n{len(survivors)} surviving mutants (`cd {STAGE.relative_to(REPO)} && mutmut show NAME` shows one):")
+    for name, status in survivors:
+        print(f"  {status:<10} {name}")
+    if stale:
+        print(f"\n{EQUIVALENT.relative_to(REPO)} names mutants this run did not make: {', '.join(stale)}")
+    if failing:
+        print(f"\ndecision modules under 90%: {', '.join(failing)}")
+    return 1 if failing or stale else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--module", action="append", choices=DECISION_MODULES + CLI_MODULES)
+    parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument("--report-only", action="store_true", help="print the last run's table again")
+    args = parser.parse_args()
+    if not args.report_only:
+        stage(args.module or DECISION_MODULES + CLI_MODULES)
+        run = subprocess.run(
+            [str(REPO / ".venv/bin/mutmut"), "run", "--max-children", str(args.max_children)], cwd=STAGE
+        )
+        if run.returncode:
+            print(f"mutmut run failed (exit {run.returncode})", file=sys.stderr)
+            return run.returncode
+    return report(results())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
