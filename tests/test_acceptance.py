@@ -857,6 +857,7 @@ def variants(text: str, rng: random.Random) -> list[str]:
 def test_only_parse_errors_on_damaged_output(name):
     rng = random.Random(name)
     text = output(name)
+    unreadable_seen = 0
     for variant in variants(text, rng):
         for parser in PARSERS:
             try:
@@ -865,8 +866,16 @@ def test_only_parse_errors_on_damaged_output(name):
                 # The raw offending line is the tool's own, as it printed it.
                 assert isinstance(error.line, str) and error.line in variant, (parser.__name__, variant)
         for evaluate in EVALUATORS:
+            # No exception (a damaged output is a failed check, never an error), and a check failed for output its
+            # parser could not read names the raw offending line, as the tool printed it.
             for result in evaluate(variant):
-                assert result["status"] in ("pass", "fail", "na"), result
+                _, unreadable, line = result["reason"].partition(" output could not be read: ")
+                if unreadable:
+                    unreadable_seen += 1
+                    assert result["status"] == "fail", result
+                    line = line.rpartition("; line: ")[2]
+                    assert line == "(empty output)" or line in variant, (result, variant)
+    assert unreadable_seen
 
 
 def test_parsers_take_bytes_and_stdout_lines_and_refuse_other_types():
@@ -892,12 +901,15 @@ def test_filters_expose_the_parsers_and_evaluators():
     assert filters["acceptance_evaluate_gpus"] is acceptance.evaluate_gpus
     doc = yaml.safe_load(acceptance_filter.DOCUMENTATION)
     assert doc["name"] in filters
-    for name in filters:
-        assert (
-            f"C({name})" in acceptance_filter.DOCUMENTATION
-            or name.startswith("acceptance_evaluate_")
-            or name in ("acceptance_not_applicable",)
-        )
+    # The parsers are named one by one; the evaluators as the family C(acceptance_evaluate_*), with what they return.
+    named = set(re.findall(r"C\((acceptance_\w+)\)", acceptance_filter.DOCUMENTATION))
+    assert named == {f"acceptance_{name}" for name in acceptance_filter.PARSERS} | {"acceptance_not_applicable"}
+    # Every filter documented: by its name, or as one of the acceptance_evaluate_* family.
+    assert {name for name in filters if not name.startswith("acceptance_evaluate_")} == named
+    family = "The C(acceptance_evaluate_*) filters turn output and expectations into check results"
+    assert any(" ".join(item.split()).startswith(family) for item in doc["description"]), doc["description"]
+    evaluators = {name for name in filters if name.startswith("acceptance_evaluate_")}
+    assert evaluators == {f"acceptance_{name}" for name in acceptance_filter.EVALUATORS if name.startswith("evaluate_")}
 
 
 def test_filters_render_through_ansible():

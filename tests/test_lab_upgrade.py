@@ -1,7 +1,8 @@
 """The lab and `nodeforge upgrade` end to end on four lab nodes (podman containers over SSH), through the real CLI:
 `lab up --provision` of the full stack and its checks (tests/test_lab.py's: the SSH path, each node's packages and
-files, a no-op re-provision, host key checking, `validate`), then the upgrade: the plan, a halted run (a package that
-fails to install on a node of the second batch), the refusal to go on without --resume, the resume, the no-op re-run,
+files, a no-op re-provision, host key checking, `validate`), then the upgrade: the plan, a halted run (batches of two
+in host name order from an inventory in reverse order; a package that fails to install on one node of the first
+batch), the refusal to go on without --resume, the resume, the no-op re-run,
 a downgrade refused and then allowed in batches of two through the Kubernetes path; then `lab down`. One lab for both,
 because provisioning a lab costs minutes of both cores.
 
@@ -17,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from nodeforge import lab
@@ -121,10 +123,20 @@ def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path
         assert toolkit_state(host) == dict.fromkeys(TOOLKIT, "hi 1.20.0-1") and record(host) is None
         assert calls(host, "scontrol") == []
 
-    # Node 2 (the second batch) cannot install 1.21.0: the run halts there; batches 3 and 4 never start.
+    # Batches of two, from an inventory that lists the nodes last to first: the batches still go in host name order
+    # (nodes 1 and 2, then 3 and 4). Node 2 cannot install 1.21.0 while node 1 of its batch can: the run halts at
+    # the end of that batch (a batch of two where one node fails; Ansible alone would go on to the next batch with
+    # the node that did not fail), and nodes 3 and 4 are never touched.
+    reversed_inventory = tmp_path / "reversed.yml"
+    written = yaml.safe_load(lab.inventory_path(lab_name).read_text())
+    group = written["all"]["children"]["gpu_nodes"]
+    group["hosts"] = dict(reversed(group["hosts"].items()))
+    reversed_inventory.write_text(yaml.safe_dump(written, sort_keys=False))
+    assert list(group["hosts"]) == nodes[::-1]
     sh(nodes[1], f"mkdir -p {os.path.dirname(FAIL_MARKER)} && touch {FAIL_MARKER}")
-    code, halted = upgrade(inventory, *slurm, "--batch", "1", "--yes")
+    code, halted = upgrade(str(reversed_inventory), *slurm, "--batch", "2", "--yes")
     assert code != 0 and halted["status"] == "halted", halted
+    assert halted["schedule"]["batches"] == [nodes[:2], nodes[2:]], halted["schedule"]
     first = nodes[0]
     assert toolkit_state(first) == dict.fromkeys(TOOLKIT, "hi 1.21.0-1")
     assert record(first)["state"] == "upgrade-done" and record(first)["from"] == {"toolkit": "1.20.0"}

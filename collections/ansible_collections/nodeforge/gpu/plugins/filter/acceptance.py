@@ -20,6 +20,8 @@ description:
   - C(acceptance_rdma_threshold_mbs) is the default ib_write_bw floor, 90% of a line rate in Gb/s, in MB/s.
   - The C(acceptance_evaluate_*) filters turn output and expectations into check results
     (check, status pass/fail/na, measured, expected, reason, unit); unreadable output is a failed check, not an error.
+  - C(acceptance_not_applicable) is the check result (status na) of a check that does not apply to the node, with why
+    (its input is the check's name, then the reason and optionally what was expected).
 author: nodeforge
 options:
   _input:
