@@ -1,5 +1,6 @@
-"""IBM Storage Scale client settings (nodeforge.gpu module_utils/scale.py, its filters and action) and the stand-in
-for Scale's admin commands (molecule/fixture_files/spectrum_scale/scale_standin.py), run here with a temporary state.
+"""IBM Storage Scale client settings (nodeforge.gpu module_utils/scale.py, its filters and action), and, kept apart in
+TestStandinFixture as tests of a fixture, the stand-in for Scale's admin commands
+(molecule/fixture_files/spectrum_scale/scale_standin.py), run here with a temporary state.
 
 The parsers read the formats IBM documents (the mmlscluster, mmlsconfig, mmlsnodeclass and mmgetstate examples of the
 Storage Scale documentation) and the IBM Redbook REDP-5610's client settings (seed 004, section 3.3)."""
@@ -546,7 +547,7 @@ def test_filters_turn_scale_errors_into_filter_errors():
         filters["scale_mmgetstate"]("mmgetstate: Command failed.")
 
 
-# ---- the stand-in ----------------------------------------------------------------------------------------------
+# ---- the stand-in (a fixture) ---------------------------------------------------------------------------------
 
 
 def load_standin():
@@ -587,115 +588,115 @@ NOT_A_MEMBER = [
 ]
 
 
-@pytest.mark.parametrize("command", ["mmlscluster", "mmlsconfig", "mmchconfig pagepool=1G", "mmgetstate"])
-def test_standin_on_a_node_outside_any_cluster_fails_as_scale_does(tmp_path, command):
-    run = Standin(tmp_path, member=False)(*command.split())
-    name = command.split()[0]
-    assert (run.returncode, run.stdout) == (1, "")
-    assert run.stderr.splitlines() == [line.format(name) for line in NOT_A_MEMBER]
+class TestStandinFixture:
+    """Tests of a test fixture, not of nodeforge: the stand-in for Scale's admin commands
+    (molecule/fixture_files/spectrum_scale/scale_standin.py, installed as gpfs.base in the molecule scenario
+    scale_client). The role's tests there, and test_the_role_s_plan_applied_to_the_standin_converges here, prove
+    something only as long as the stand-in answers as IBM's commands do: these hold it to their documented behaviour."""
 
+    @pytest.mark.parametrize("command", ["mmlscluster", "mmlsconfig", "mmchconfig pagepool=1G", "mmgetstate"])
+    def test_standin_on_a_node_outside_any_cluster_fails_as_scale_does(self, tmp_path, command):
+        run = Standin(tmp_path, member=False)(*command.split())
+        name = command.split()[0]
+        assert (run.returncode, run.stdout) == (1, "")
+        assert run.stderr.splitlines() == [line.format(name) for line in NOT_A_MEMBER]
 
-def test_standin_prints_what_the_parsers_read(tmp_path):
-    standin = Standin(tmp_path)
-    cluster = scale.parse_mmlscluster(standin("mmlscluster").stdout)
-    assert (cluster["name"], cluster["id"]) == ("SpectrumScale.ocp4.scale.ibm.com", "16217308676014575381")
-    assert [n["daemon_name"] for n in cluster["nodes"]] == [
-        "scale00.ocp4.scale.com",
-        "dgx01.ocp4.scale.com",
-        "dgx02.ocp4.scale.com",
-    ]
-    config = scale.parse_mmlsconfig(standin("mmlsconfig").stdout)
-    assert config["sections"]["dgx"] == {"pagepool": "64g", "maxStatCache": "1048576", "verbsRdma": "enable"}
-    assert config["file_systems"] == ["/dev/fs0"]
-    assert scale.parse_mmlsnodeclass(standin("mmlsnodeclass").stdout)["dgx"] == [
-        "dgx01.ocp4.scale.com",
-        "dgx02.ocp4.scale.com",
-    ]
-    assert scale.parse_mmgetstate(standin("mmgetstate").stdout) == {"number": 2, "node": "dgx01", "state": "down"}
-    assert standin("mmlsconfig", "pagepool").stdout.splitlines() == ["pagepool 32G [servers]", "pagepool 64g [dgx]"]
-    # An attribute nobody set shows Scale's default.
-    assert standin("mmlsconfig", "workerThreads").stdout == "workerThreads 48\n"
+    def test_standin_prints_what_the_parsers_read(self, tmp_path):
+        standin = Standin(tmp_path)
+        cluster = scale.parse_mmlscluster(standin("mmlscluster").stdout)
+        assert (cluster["name"], cluster["id"]) == ("SpectrumScale.ocp4.scale.ibm.com", "16217308676014575381")
+        assert [n["daemon_name"] for n in cluster["nodes"]] == [
+            "scale00.ocp4.scale.com",
+            "dgx01.ocp4.scale.com",
+            "dgx02.ocp4.scale.com",
+        ]
+        config = scale.parse_mmlsconfig(standin("mmlsconfig").stdout)
+        assert config["sections"]["dgx"] == {"pagepool": "64g", "maxStatCache": "1048576", "verbsRdma": "enable"}
+        assert config["file_systems"] == ["/dev/fs0"]
+        assert scale.parse_mmlsnodeclass(standin("mmlsnodeclass").stdout)["dgx"] == [
+            "dgx01.ocp4.scale.com",
+            "dgx02.ocp4.scale.com",
+        ]
+        assert scale.parse_mmgetstate(standin("mmgetstate").stdout) == {"number": 2, "node": "dgx01", "state": "down"}
+        assert standin("mmlsconfig", "pagepool").stdout.splitlines() == ["pagepool 32G [servers]", "pagepool 64g [dgx]"]
+        # An attribute nobody set shows Scale's default.
+        assert standin("mmlsconfig", "workerThreads").stdout == "workerThreads 48\n"
 
+    def test_standin_mmchconfig_refuses_i_for_attributes_that_need_a_restart(self, tmp_path):
+        standin = Standin(tmp_path)
+        before = standin.state.read_text()
+        run = standin("mmchconfig", f"pagepool=128G,verbsPorts={REDBOOK_PORTS}", "-i", "-N", "dgx")
+        assert run.returncode == 1
+        assert run.stderr.splitlines() == [
+            "mmchconfig: The -i option is not valid for attribute verbsPorts.",
+            NOT_A_MEMBER[1].format("mmchconfig"),
+        ]
+        assert standin.state.read_text() == before
+        assert standin.calls() == [
+            {"command": "mmchconfig", "argv": ["mmchconfig", f"pagepool=128G,verbsPorts={REDBOOK_PORTS}", "-i", "-N",
+                                               "dgx"], "rc": 1}
+        ]  # fmt: skip
 
-def test_standin_mmchconfig_refuses_i_for_attributes_that_need_a_restart(tmp_path):
-    standin = Standin(tmp_path)
-    before = standin.state.read_text()
-    run = standin("mmchconfig", f"pagepool=128G,verbsPorts={REDBOOK_PORTS}", "-i", "-N", "dgx")
-    assert run.returncode == 1
-    assert run.stderr.splitlines() == [
-        "mmchconfig: The -i option is not valid for attribute verbsPorts.",
-        NOT_A_MEMBER[1].format("mmchconfig"),
-    ]
-    assert standin.state.read_text() == before
-    assert standin.calls() == [
-        {"command": "mmchconfig", "argv": ["mmchconfig", f"pagepool=128G,verbsPorts={REDBOOK_PORTS}", "-i", "-N",
-                                           "dgx"], "rc": 1}
-    ]  # fmt: skip
+    def test_standin_mmchconfig_changes_a_node_class_and_says_when_it_takes_effect(self, tmp_path):
+        standin = Standin(tmp_path)
+        standin("mmstartup")
+        run = standin("mmchconfig", f"verbsPorts={REDBOOK_PORTS},workerThreads=1024", "-N", "dgx")
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == [
+            "mmchconfig: Command successfully completed",
+            "mmchconfig: The following attributes take effect only after the GPFS daemon is restarted: verbsPorts, "
+            "workerThreads",
+            "mmchconfig: Propagating the cluster configuration data to all",
+            "  affected nodes.  This is an asynchronous process.",
+        ]
+        immediate = standin("mmchconfig", "maxMBpS=20000,controlSetxattrImmutableSELinux=yes", "-i")
+        assert "take effect only after" not in immediate.stdout
+        sections = scale.parse_mmlsconfig(standin("mmlsconfig").stdout)["sections"]
+        assert sections["dgx"]["verbsPorts"] == REDBOOK_PORTS and sections["dgx"]["workerThreads"] == "1024"
+        # maxMBpS was set in the cluster-wide head: changed in place; a new cluster-wide one goes under [common].
+        text = standin("mmlsconfig").stdout
+        assert text.index("maxMBpS 20000") < text.index("[servers]")
+        assert text.index("[common]") < text.index("controlSetxattrImmutableSELinux yes")
 
+    def test_standin_mmchconfig_capital_i_does_not_persist_and_default_removes(self, tmp_path):
+        standin = Standin(tmp_path)
+        assert standin("mmchconfig", "pagepool=96G", "-I", "-N", "dgx").returncode == 0
+        assert standin("mmlsconfig", "pagepool").stdout.splitlines()[-1] == "pagepool 64g [dgx]"
+        assert standin("mmchconfig", "pagepool=DEFAULT", "-N", "dgx").returncode == 0
+        assert standin("mmlsconfig", "pagepool").stdout.splitlines() == ["pagepool 32G [servers]"]
 
-def test_standin_mmchconfig_changes_a_node_class_and_says_when_it_takes_effect(tmp_path):
-    standin = Standin(tmp_path)
-    standin("mmstartup")
-    run = standin("mmchconfig", f"verbsPorts={REDBOOK_PORTS},workerThreads=1024", "-N", "dgx")
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.splitlines() == [
-        "mmchconfig: Command successfully completed",
-        "mmchconfig: The following attributes take effect only after the GPFS daemon is restarted: verbsPorts, "
-        "workerThreads",
-        "mmchconfig: Propagating the cluster configuration data to all",
-        "  affected nodes.  This is an asynchronous process.",
-    ]
-    immediate = standin("mmchconfig", "maxMBpS=20000,controlSetxattrImmutableSELinux=yes", "-i")
-    assert "take effect only after" not in immediate.stdout
-    sections = scale.parse_mmlsconfig(standin("mmlsconfig").stdout)["sections"]
-    assert sections["dgx"]["verbsPorts"] == REDBOOK_PORTS and sections["dgx"]["workerThreads"] == "1024"
-    # maxMBpS was set in the cluster-wide head: changed in place; a new cluster-wide one goes under [common].
-    text = standin("mmlsconfig").stdout
-    assert text.index("maxMBpS 20000") < text.index("[servers]")
-    assert text.index("[common]") < text.index("controlSetxattrImmutableSELinux yes")
+    @pytest.mark.parametrize(
+        ("argv", "stderr"),
+        [
+            (["mmchconfig", "pagepol=1G"], "mmchconfig: Unknown attribute: pagepol"),
+            (["mmchconfig", "verbsRdma=yes", "-N", "dgx"], "mmchconfig: Incorrect value for attribute verbsRdma: yes"),
+            (["mmchconfig", "pagepool=1G", "-N", "gpu"], "mmchconfig: Incorrect node gpu specified for command."),
+            (["mmchconfig", "enforceFilesetQuotaOnRoot=yes", "-I"],
+             "mmchconfig: The -I option is not valid for attribute enforceFilesetQuotaOnRoot."),
+            (["mmchconfig", "-i", "pagepool=1G"], "Usage:"),
+        ],
+    )  # fmt: skip
+    def test_standin_mmchconfig_refuses_what_scale_refuses(self, tmp_path, argv, stderr):
+        standin = Standin(tmp_path)
+        before = standin.state.read_text()
+        run = standin(*argv)
+        assert run.returncode == 1
+        assert run.stderr.splitlines()[0] == stderr
+        assert standin.state.read_text() == before
 
-
-def test_standin_mmchconfig_capital_i_does_not_persist_and_default_removes(tmp_path):
-    standin = Standin(tmp_path)
-    assert standin("mmchconfig", "pagepool=96G", "-I", "-N", "dgx").returncode == 0
-    assert standin("mmlsconfig", "pagepool").stdout.splitlines()[-1] == "pagepool 64g [dgx]"
-    assert standin("mmchconfig", "pagepool=DEFAULT", "-N", "dgx").returncode == 0
-    assert standin("mmlsconfig", "pagepool").stdout.splitlines() == ["pagepool 32G [servers]"]
-
-
-@pytest.mark.parametrize(
-    ("argv", "stderr"),
-    [
-        (["mmchconfig", "pagepol=1G"], "mmchconfig: Unknown attribute: pagepol"),
-        (["mmchconfig", "verbsRdma=yes", "-N", "dgx"], "mmchconfig: Incorrect value for attribute verbsRdma: yes"),
-        (["mmchconfig", "pagepool=1G", "-N", "gpu"], "mmchconfig: Incorrect node gpu specified for command."),
-        (["mmchconfig", "enforceFilesetQuotaOnRoot=yes", "-I"],
-         "mmchconfig: The -I option is not valid for attribute enforceFilesetQuotaOnRoot."),
-        (["mmchconfig", "-i", "pagepool=1G"], "Usage:"),
-    ],
-)  # fmt: skip
-def test_standin_mmchconfig_refuses_what_scale_refuses(tmp_path, argv, stderr):
-    standin = Standin(tmp_path)
-    before = standin.state.read_text()
-    run = standin(*argv)
-    assert run.returncode == 1
-    assert run.stderr.splitlines()[0] == stderr
-    assert standin.state.read_text() == before
-
-
-def test_standin_restart_starts_a_new_daemon_log(tmp_path):
-    standin = Standin(tmp_path)
-    standin("mmstartup")
-    first = os.readlink(standin.ras / "mmfs.log.latest")
-    assert scale.parse_mmgetstate(standin("mmgetstate").stdout)["state"] == "active"
-    shutdown = standin("mmshutdown")
-    assert shutdown.stdout.splitlines()[-1].endswith(": mmshutdown: Finished")
-    assert scale.parse_mmgetstate(standin("mmgetstate").stdout)["state"] == "down"
-    standin("mmstartup")
-    second = os.readlink(standin.ras / "mmfs.log.latest")
-    assert first != second and second.startswith("mmfs.log.") and second.endswith(".dgx01")
-    assert os.readlink(standin.ras / "mmfs.log.previous") == first
-    assert [c["command"] for c in standin.calls()] == ["mmstartup", "mmshutdown", "mmstartup"]
+    def test_standin_restart_starts_a_new_daemon_log(self, tmp_path):
+        standin = Standin(tmp_path)
+        standin("mmstartup")
+        first = os.readlink(standin.ras / "mmfs.log.latest")
+        assert scale.parse_mmgetstate(standin("mmgetstate").stdout)["state"] == "active"
+        shutdown = standin("mmshutdown")
+        assert shutdown.stdout.splitlines()[-1].endswith(": mmshutdown: Finished")
+        assert scale.parse_mmgetstate(standin("mmgetstate").stdout)["state"] == "down"
+        standin("mmstartup")
+        second = os.readlink(standin.ras / "mmfs.log.latest")
+        assert first != second and second.startswith("mmfs.log.") and second.endswith(".dgx01")
+        assert os.readlink(standin.ras / "mmfs.log.previous") == first
+        assert [c["command"] for c in standin.calls()] == ["mmstartup", "mmshutdown", "mmstartup"]
 
 
 def test_the_role_s_plan_applied_to_the_standin_converges(tmp_path):

@@ -143,10 +143,6 @@ def test_module_options_name_the_module_of_the_source(node):
     assert options == ["options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RestrictProfilingToAdminUsers=0"]
 
 
-def test_persistenced_is_enabled(node):
-    assert node.service("nvidia-persistenced").is_enabled
-
-
 def test_the_role_keeps_persistenced_enabled(node):
     # The package's postinst enabled the unit at install, so converge found it so and left the module out; what the
     # role owns is keeping it so. A unit disabled since then is drift: check mode reports it, a real run repairs it.

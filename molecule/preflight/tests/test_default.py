@@ -10,6 +10,7 @@ rather than grepped.
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from pathlib import Path
 
@@ -23,6 +24,8 @@ REPO_URL = "http://127.0.0.1:8080/dists/bookworm/Release"
 DEAD_URL = "http://127.0.0.1:9/dists/bookworm/Release"
 PREPARED_MARKER = "/run/nodeforge-preflight.prepared"
 ASSERT_TASK = "Assert that every preflight expectation is met"
+PROBE_TASK = "Read the node (kernel headers, Secure Boot, loaded modules, PCI devices, free space)"
+SECURE_BOOT_EFIVAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 RESULT_TASK = "Set the preflight result"
 CONTAINER_TASK = "Report what preflight cannot tell about the node"
 
@@ -60,16 +63,6 @@ def result(hostname, free_around_the_run) -> dict:
     return run.host_result(RESULT_TASK)["ansible_facts"]["preflight_result"]
 
 
-def test_fixture_repository_is_served_on_loopback(node):
-    assert node.service("preflight-repo").is_running
-    assert node.socket("tcp://127.0.0.1:8080").is_listening
-    fetched = node.check_output(
-        "python3 -c 'import sys, urllib.request as u; print(u.urlopen(sys.argv[1]).read().decode())' %s",
-        REPO_URL,
-    )
-    assert "Origin: nodeforge-preflight-fixture" in fetched
-
-
 def test_os_and_kernel_facts_match_the_node(node, result):
     os_release = dict(
         line.split("=", 1) for line in node.file("/etc/os-release").content_string.splitlines() if "=" in line
@@ -98,12 +91,26 @@ def test_container_is_recorded_and_host_state_is_not_enforced(node, result, host
     assert "not enforced against the profile" in message
 
 
+def secure_boot_on(node, in_container: bool) -> str:
+    """Secure Boot as the node itself says it: mokutil's answer, else the EFI variable's data byte (read here with
+    Python, after its 4 attribute bytes), else disabled on a machine that did not boot through UEFI, else unknown (a
+    container, whose runtime hides /sys/firmware: the host's firmware is not the container's to read)."""
+    if node.exists("mokutil"):
+        found = re.search(r"SecureBoot (enabled|disabled)", node.run("mokutil --sb-state").stdout)
+        if found:
+            return found.group(1)
+    if node.file(SECURE_BOOT_EFIVAR).exists:
+        data = node.check_output(
+            "python3 -c 'import sys; print(open(sys.argv[1], \"rb\").read()[4])' %s", SECURE_BOOT_EFIVAR
+        )
+        return "enabled" if data == "1" else "disabled"
+    if not node.file("/sys/firmware/efi").exists and not in_container:
+        return "disabled"
+    return "unknown"
+
+
 def test_secure_boot_selinux_and_nouveau_match_the_node(node, result):
-    efivar = node.file("/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
-    if node.exists("mokutil") or efivar.exists:
-        assert result["secure_boot"] in ("enabled", "disabled")
-    else:
-        assert result["secure_boot"] == "unknown"
+    assert result["secure_boot"] == secure_boot_on(node, node.file("/run/.containerenv").exists)
     selinux_enforce = node.file("/sys/fs/selinux/enforce")
     expected_selinux = (
         ("enforcing" if selinux_enforce.content_string.strip() == "1" else "permissive")
@@ -118,14 +125,46 @@ def test_secure_boot_selinux_and_nouveau_match_the_node(node, result):
     assert result["nouveau_loaded"] is loaded
 
 
+def lspci(node) -> list[tuple[str, str, str]]:
+    """lspci -Dn, an independent reading of the bus the node sees: (address, vendor:device, class without prog-if)."""
+    # "DOMAIN:BUS:DEV.FN CLASS: VENDOR:DEVICE [(rev NN)] [(prog-if NN)]"
+    lines = [line.split() for line in node.check_output("lspci -Dn").splitlines() if line.strip()]
+    return [(f[0], f[2], f[1].rstrip(":")) for f in lines]
+
+
 def test_pci_counts_match_lspci(node, result):
-    # lspci -n: "BUS CLASS: VENDOR:DEVICE", an independent reading of the same bus.
-    lines = [line.split() for line in node.check_output("lspci -n").splitlines() if line.strip()]
-    gpus = [f[2] for f in lines if f[2].startswith("10de:") and f[1].rstrip(":") in ("0300", "0302")]
-    mellanox = [f[2] for f in lines if f[2].startswith("15b3:") and f[1].startswith("02")]
+    devices = lspci(node)
+    gpus = [pci_id for _, pci_id, cls in devices if pci_id.startswith("10de:") and cls in ("0300", "0302")]
+    mellanox = [pci_id for _, pci_id, cls in devices if pci_id.startswith("15b3:") and cls.startswith("02")]
+    # On a node without GPUs or HCAs both sides say 0: what the role counted from is compared too, device by device.
     assert result["nvidia_gpus"] == len(gpus)
     assert sorted(result["nvidia_gpu_pci_ids"]) == sorted(gpus)
     assert result["mellanox_hcas"] == len(mellanox)
+    probe = run_preflight().host_result(PROBE_TASK)["commands"]["pci"]["stdout_lines"]
+    assert sorted(tuple(line.split()) for line in probe) == sorted(devices)
+
+
+def test_the_profile_s_hcas_are_counted_by_their_pci_id(node, hostname):
+    """A profile that names its HCAs by PCI ID (vSphere's PVRDMA: not Mellanox) counts the network functions with that
+    ID: here the container's own network functions stand in for HCAs, so the count is not 0 on both sides."""
+    network = [pci_id for _, pci_id, cls in lspci(node) if cls.startswith("02")]
+    if not network:
+        pytest.skip("lspci shows this container no network function to count")
+    pci_id = network[0]
+    seen = network.count(pci_id)
+    extra = {
+        "preflight_enforce_pci_in_containers": True,
+        "nodeforge_profile_overrides": {"hcas": [{"name": "hca0", "pci_id": pci_id}], "expected": {"hcas": seen}},
+    }
+    run = run_preflight(json.dumps(extra))
+    assert run.rc == 0, run.failed
+    counted = run.host_result(RESULT_TASK)["ansible_facts"]["preflight_result"]
+    assert (counted["profile_hcas"], counted["unmet"]) == (seen, [])
+    extra["nodeforge_profile_overrides"]["expected"]["hcas"] = seen + 1
+    run = run_preflight(json.dumps({**extra, "preflight_fail_on_error": False}))
+    counted = run.host_result(RESULT_TASK)["ansible_facts"]["preflight_result"]
+    unmet = f"expected at least {seen + 1} HCAs (profile lab: {pci_id}), found {seen} on the PCI bus"
+    assert counted["unmet"] == [unmet]
 
 
 def test_free_disk_matches_df(result, free_around_the_run):
@@ -136,8 +175,10 @@ def test_free_disk_matches_df(result, free_around_the_run):
         assert low - 0.051 <= free_gb <= high + 0.051, f"{path}: role {free_gb} GiB, df {low:.2f}..{high:.2f} GiB"
 
 
-def test_repository_is_reachable_and_all_expectations_met(result):
-    assert result["repositories"] == {REPO_URL: True}
+def test_repository_is_reachable_and_all_expectations_met(node, result):
+    # An independent fetch from the node: what preflight reported is what the node reaches.
+    fetched = node.run("python3 -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=10)' %s", REPO_URL)
+    assert result["repositories"] == {REPO_URL: fetched.rc == 0} == {REPO_URL: True}, fetched.stderr
     assert result["unmet"] == []
     assert result["passed"] is True
 

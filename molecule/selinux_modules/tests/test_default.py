@@ -26,6 +26,9 @@ STORE = "default"
 PRIORITY = "400"
 INSTALL_TASK = "Install the module into the policy store"
 SKIP_TASK = "Report the modules skipped for a missing policy module"
+BOOLEAN_TASK = "Write the booleans that differ into the policy store (no reload)"
+# Off in refpolicy (gen_tunable(user_tcp_server, false)), on in no other test.
+EXTRA_BOOLEAN = "user_tcp_server"
 
 
 def source_version(name: str) -> str:
@@ -115,8 +118,21 @@ def test_boolean_is_set_in_the_store_and_the_policy_was_rebuilt_without_loading_
     # The policy's own default is off (refpolicy's gen_tunable(user_ping, false)): the binary policy in
     # /etc/selinux/default/policy carries it on only because the role's commit rebuilt it from the store.
     assert binary_policy(node, "policy.lookup_boolean('user_ping').state") == "True"
-    # Rebuilt, never loaded: the kernel (the host's) runs no SELinux.
-    assert not node.exists("selinuxenabled") or node.run("selinuxenabled").rc != 0
+
+
+def test_a_boolean_change_goes_to_the_store_without_a_reload(node):
+    """In a container the role writes booleans with `semanage import -N` (store and binary policy only, no reload into
+    the host's kernel), only the ones that differ. The extra boolean stays on afterwards; no later test reads it."""
+    assert binary_policy(node, f"policy.lookup_boolean('{EXTRA_BOOLEAN}').state") == "False"
+    run = verify_lib.run_playbook(CONVERGE, {"selinux_modules_booleans": {"user_ping": True, EXTRA_BOOLEAN: True}})
+    assert run.rc == 0, run.failed
+    assert run.changed == [f"selinux_modules : {BOOLEAN_TASK}"], run.changed
+    written = run.host_result(BOOLEAN_TASK)
+    assert written["cmd"] == ["semanage", "import", "-N", "-S", STORE]
+    assert run.host_result("Set each SELinux boolean persistently").get("skipped") is True
+    local = node.file(f"/var/lib/selinux/{STORE}/active/booleans.local").content_string
+    assert re.search(rf"^{EXTRA_BOOLEAN}\s*=\s*1$", local, re.M), local
+    assert binary_policy(node, f"policy.lookup_boolean('{EXTRA_BOOLEAN}').state") == "True"
 
 
 def test_mode_is_configured_and_waits_for_a_reboot(node):
