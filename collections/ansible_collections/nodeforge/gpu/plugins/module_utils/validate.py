@@ -85,7 +85,6 @@ def expectations(m: HostModel) -> dict:
     driver = settings.nvidia_driver(m, {})
     ofed = settings.ofed(m, {})
     runtimes = [r for r in _value(m, "nvidia_container_toolkit_runtimes", ["containerd"]) or [] if isinstance(r, str)]
-    ecc = str(_value(m, "validate_gpu_ecc", "") or "")
     return {
         "profile": m.profile_name,
         "gpus": int(table(profile, "expected").get("gpus") or table(profile, "gpu").get("count") or 0),
@@ -96,7 +95,7 @@ def expectations(m: HostModel) -> dict:
         "driver_branch": driver["__nvidia_driver_branch"],
         "driver_flavor": driver["__nvidia_driver_flavor"],
         "driver_container": settings.driver_container(m),
-        "ecc": {"enabled": True, "disabled": False}.get(ecc),
+        "ecc": {"enabled": True, "disabled": False}.get(str(_value(m, "validate_gpu_ecc"))),
         "ofed_mode": ofed["__ofed_mode"],
         "ofed_version": ofed["__ofed_version"],
         "doca_package": ofed["__ofed_doca_profile_package"],
@@ -110,7 +109,7 @@ def expectations(m: HostModel) -> dict:
         ),
         "selinux_modules": [
             str(item.get("name"))
-            for item in _value(m, "selinux_modules_install", []) or []
+            for item in _value(m, "selinux_modules_install") or []
             if isinstance(item, Mapping) and item.get("name")
         ],
         "selinux_priority": int(_value(m, "selinux_modules_priority", 400)),
@@ -258,8 +257,8 @@ def ofed_check(probes: Mapping[str, Mapping], exp: Mapping) -> dict:
         try:
             vendor = acceptance.ofed_info(ofed_info["output"])
         except acceptance.ParseError:
-            vendor = None
-        if vendor:
+            pass  # no vendor stack's version line: the inbox stack is judged below
+        else:
             reason = f"{vendor['raw']} is installed: a vendor stack, where ofed_mode is inbox"
             return check_result("ofed_version", "fail", f"{vendor['stack']} {vendor['version']}", "inbox", reason)
     rdma_core = (_ok(probes, "rdma_core") or "").strip()
@@ -553,9 +552,11 @@ def selinux_checks(node: Mapping, exp: Mapping) -> list[dict]:
 
 def _command_result(result: Mapping | None) -> tuple[str, int]:
     result = result or {}
-    return str(result.get("stdout") or "") + ("\n" + str(result["stderr"]) if result.get("stderr") else ""), int(
-        result.get("rc", -1) if result.get("rc") is not None else -1
-    )
+    output = str(result.get("stdout") or "")
+    if result.get("stderr"):
+        output += "\n" + str(result["stderr"])
+    rc = result.get("rc")
+    return output, -1 if rc is None else int(rc)
 
 
 def _never_run(run: Mapping | None, hca: Mapping, host: str, other: str, key: str) -> str:
