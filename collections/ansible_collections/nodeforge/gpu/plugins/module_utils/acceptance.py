@@ -560,7 +560,7 @@ def rdma_threshold_mbs(rate_gbps: float, fraction: float = 0.9) -> float:
     ib_write_bw parses it into this unit before the comparison; the IBM Redbook's floor of 11,000 perftest MB/sec
     (REDP-5610, 4.1) is 11534.3 MB/s in this unit.
     """
-    return round(float(rate_gbps) * 1e9 / 8 / 1e6 * float(fraction), 3)
+    return round(float(rate_gbps) * 125 * float(fraction), 3)  # Gb/s -> MB/s: 1e9 bits / 8 / 1e6 bytes
 
 
 def systemd_memlock(output: object) -> str | int:
@@ -968,7 +968,7 @@ def _gpu_flag(check: str, gpus: list[dict], key: str, want: bool, what: str, uns
     measured = f"{len(values) - len(bad)}/{len(values)}"
     if bad:
         return check_result(check, "fail", measured, f"{len(values)}/{len(values)}", f"GPU {', '.join(bad)}: {what}")
-    return check_result(check, "pass", measured, f"{len(values)}/{len(values)}", "")
+    return check_result(check, "pass", measured, f"{len(values)}/{len(values)}")
 
 
 def evaluate_gpus(

@@ -306,8 +306,8 @@ def _hca_ports(cluster: Cluster) -> list[Mapping[str, Any]]:
 
 def _selectors(hcas: list[Mapping[str, Any]]) -> dict:
     vendors = sorted({str(h.get("pci_id", "15b3:")).split(":")[0] for h in hcas})
-    devices = sorted({str(h.get("pci_id", ":")).split(":")[1] for h in hcas if ":" in str(h.get("pci_id", ""))})
-    links = sorted({"infiniband" if str(h.get("link_layer", "")).lower() == "infiniband" else "ether" for h in hcas})
+    devices = sorted({pci_id.split(":")[1] for pci_id in (str(h.get("pci_id")) for h in hcas) if ":" in pci_id})
+    links = sorted({"infiniband" if str(h.get("link_layer")).lower() == "infiniband" else "ether" for h in hcas})
     selectors: dict[str, Any] = {"vendors": vendors}
     if devices:
         selectors["deviceIDs"] = devices
@@ -587,7 +587,7 @@ def gpu_operator_values(cluster: Cluster) -> dict:
         "mig": {"strategy": cluster.get("k8s_gpu_device_plugin_mig_strategy")},
         "gdrcopy": {"enabled": any(bool(n.variables.get("gpudirect_rdma_gdrcopy")) for n in on_container)},
     }
-    return model.deep_merge(values, own) if own else values
+    return model.deep_merge(values, own)
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------------
@@ -641,7 +641,7 @@ def kubeconfig_server(text: str, context: str = "", path: str = "") -> str:
     if wanted not in contexts:
         raise K8sConfigError(f"{name} has no context {wanted!r} (contexts: {', '.join(map(str, contexts))})")
     cluster = contexts[wanted].get("cluster") if isinstance(contexts[wanted], dict) else None
-    server = clusters.get(cluster, {}).get("server") if isinstance(clusters.get(cluster), dict) else None
+    server = clusters[cluster].get("server") if isinstance(clusters.get(cluster), dict) else None
     if not server:
         raise K8sConfigError(f"{name}'s context {wanted!r} names cluster {cluster!r}, which has no server")
     return str(server)

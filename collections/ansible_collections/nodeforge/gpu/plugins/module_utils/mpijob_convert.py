@@ -533,8 +533,6 @@ def _from_v1alpha1(spec: dict, notes: list[str]) -> dict:
             f"spec.{total_field} ({total}) and {per_node} per node -> spec.mpiReplicaSpecs.Worker.replicas "
             f"({workers}) with {resource}: {per_worker} each"
         )
-        for field in (per_node_field, total_field):
-            spec.pop(field, None)
     elif "replicas" in spec:
         workers = _int(spec["replicas"], "spec.replicas", 1)
         per_worker = per_worker_in_template
@@ -543,7 +541,7 @@ def _from_v1alpha1(spec: dict, notes: list[str]) -> dict:
         raise ValueError("spec.replicas (or spec.gpus / spec.processingUnits): missing, so the workers are unknown")
     slots = spec.get("slotsPerWorker")
     if slots is None:
-        slots = per_worker if isinstance(per_worker, int) and per_worker > 0 else 1
+        slots = per_worker or 1  # per_worker: None, or a count _int() checked
         notes.append(f"spec.slotsPerWorker: set to {slots} (v1alpha1's default: the processing units a worker has)")
     else:
         slots = _int(slots, "spec.slotsPerWorker", 1)
@@ -636,18 +634,15 @@ def _ssh_notes(spec: Mapping[str, Any], notes: list[str]) -> None:
 def _shell_script(words: list[str]) -> str | None:
     """The script of `sh -c SCRIPT` (bash -c, -lc, -ec, ...), given the words after the shell; None without -c."""
     script_flag = False
-    option_argument = False
-    for word in words:
-        if option_argument or word == "--":  # -o pipefail: the option's argument
-            option_argument = False
-            continue
-        if word in ("-o", "+o", "-O", "+O"):
-            option_argument = True
+    rest = iter(words)
+    for word in rest:
+        if word in ("-o", "+o", "-O", "+O"):  # -o pipefail: the option's argument follows
+            next(rest, None)
             continue
         if word.startswith("-") and not word.startswith("--"):
             script_flag = script_flag or "c" in word[1:]
             continue
-        if word.startswith("--"):  # --login, --norc: options of bash itself
+        if word.startswith("--"):  # --, --login, --norc: options of bash itself
             continue
         return word if script_flag else None
     return None

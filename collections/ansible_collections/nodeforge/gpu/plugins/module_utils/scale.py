@@ -378,7 +378,7 @@ def canonical(attribute: str, value: Any) -> str:
         return "enable" if on else "disable"
     words = _words(value) if isinstance(value, (str, list, tuple)) else []
     pattern = _SUBNET if kind == "subnets" else _PORT
-    if not words or any("," in w or "=" in w or not pattern.fullmatch(w) for w in words):
+    if not words or not all(pattern.fullmatch(w) for w in words):  # neither pattern takes mmchconfig's , or =
         raise ScaleError(EXPECTED[kind])
     return " ".join(words)
 
@@ -398,7 +398,7 @@ def comparable(attribute: str, value: Any) -> Any:
 
 def port_devices(value: Any) -> list[str]:
     """The HCA device of each verbsPorts entry (mlx5_0/1/2 -> mlx5_0)."""
-    return [w.split("/", 1)[0] for w in _words(value)]
+    return [w.partition("/")[0] for w in _words(value)]
 
 
 def derived_verbs_ports(hcas: Iterable[Mapping[str, Any]]) -> str:
@@ -453,7 +453,8 @@ def config_problems(
                         (
                             f"{where}.verbsPorts",
                             f"{value!r} naming {', '.join(unknown)}",
-                            f"ports of profile {profile or 'the host'}'s HCAs: {', '.join(devices) or 'none'}",
+                            f"ports of {f'profile {profile}' if profile else 'the host'}'s HCAs: "
+                            f"{', '.join(devices) or 'none'}",
                         )
                     )
         wants_rdma = "verbsRdma" in settings and _enabled("verbsRdma", settings["verbsRdma"])
@@ -555,7 +556,7 @@ def plan(
     state = parse_mmgetstate(outputs["mmgetstate"])
     node = state["node"]
     if node_class:
-        classes = parse_mmlsnodeclass(outputs.get("mmlsnodeclass", ""))
+        classes = parse_mmlsnodeclass(outputs.get("mmlsnodeclass"))  # None: no output
         if node_class not in classes:
             raise ScaleError(
                 f"{host}: scale_client_node_class: found {node_class}, which cluster {cluster['name']} does not have "
@@ -573,13 +574,14 @@ def plan(
     diff = changes(wanted, current["sections"])
     calls = [mmchconfig_call(section, attrs, bin_dir) for section, attrs in diff.items()]
     restart = list(dict.fromkeys(a for call in calls if not call["immediate"] for a in call["attributes"]))
+    label_key, _, label_value = node_label.partition("=")
     return {
         "host": host,
         "cluster": {"name": cluster["name"], "id": cluster["id"]},
         "node": node,
         "daemon_state": state["state"],
         "node_class": node_class,
-        "node_label": dict(zip(("key", "value"), node_label.split("=", 1), strict=True)),
+        "node_label": {"key": label_key, "value": label_value},
         "wanted": wanted,
         "changes": diff,
         "calls": calls,
@@ -588,9 +590,9 @@ def plan(
 
 
 def _member(node: str, node_class: str, classes: Mapping[str, list[str]], depth: int = 0) -> bool:
-    short = node.split(".", 1)[0]
-    for member in classes.get(node_class, []):
-        if member.split(".", 1)[0] == short:
+    short = node.partition(".")[0]
+    for member in classes[node_class]:  # a class: plan() checked it, and a member is followed only when it is one
+        if member.partition(".")[0] == short:
             return True
         if member in classes and depth < 2 and _member(node, member, classes, depth + 1):
             return True
