@@ -148,7 +148,8 @@ def dpkg_query_installed(stdout: str | list[str]) -> dict[str, str]:
     """`dpkg-query --show --showformat='${Package} ${db:Status-Abbrev}${Version}\\n' PKG...` -> the installed
     packages' versions by name (dpkg-query also lists known packages that are not installed: "un ")."""
     state = _dpkg_lines("dpkg_query_installed", stdout)
-    return {name: found["version"] for name, found in state.items() if found["installed"] and found["version"]}
+    # _dpkg_status gives a version only for an installed package.
+    return {name: found["version"] for name, found in state.items() if found["version"]}
 
 
 def dpkg_query_todo(stdout: str | list[str], packages: list[str], version: str = "") -> dict[str, list[str]]:

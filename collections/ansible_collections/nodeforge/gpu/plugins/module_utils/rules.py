@@ -187,12 +187,12 @@ def _unverified_tarball(ctx: HostModel, prefix: str, section: str, why: str, dec
     """A tarball needs a URL and a checksum: the host's own <prefix>_url/_checksum, else the manifest's <table>."""
     manifest = table(ctx.manifest, *section.split("."))
     for field in ("url", "checksum"):
-        own = ctx.get(f"{prefix}_{field}")
-        if (own is None or own.value in (None, "")) and manifest.get(field) in (None, ""):
+        # HostModel.get is None for an unset or empty own value.
+        if ctx.get(f"{prefix}_{field}") is None and manifest.get(field) in (None, ""):
             path = f"{section}.{field}"
             emptied = f"; {path} left empty by {ctx.manifest_origin(path)}" if _overridden(ctx, path) else ""
             yield Violation(
-                own.origin if own else deciding.origin,
+                deciding.origin,
                 f"{prefix}_{field}",
                 f"no {field} for the {section.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin}{emptied})",
                 f"{prefix}_{field}, or {section}.{field} in nodeforge_manifest_overrides"

@@ -87,12 +87,12 @@ def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
         else "",
         "__ofed_version_from": "ofed_version" if own_version else f"version manifest ofed.{mode_text}.version",
         "__ofed_doca_repo_url": source_url("doca", _text(m.variables.get("ofed_doca_repo_url"))),
-        "__ofed_doca_key_url": _own_or_manifest(m, "ofed_doca_key_url", table(manifest, "doca").get("key_url"), "")[0],
+        "__ofed_doca_key_url": _text(m.variables.get("ofed_doca_key_url"))
+        or _text(table(manifest, "doca").get("key_url")),
         "__ofed_doca_key_fingerprints": list(table(manifest, "doca").get("key_fingerprints") or []),
         "__ofed_doca_repo_gpgcheck": table(manifest, "doca").get("repo_gpgcheck") is not False,
-        "__ofed_doca_profile_package": _own_or_manifest(
-            m, "ofed_doca_profile_package", table(manifest, "doca").get("profile_package") or "doca-ofed", ""
-        )[0],
+        "__ofed_doca_profile_package": _text(m.variables.get("ofed_doca_profile_package"))
+        or _text(table(manifest, "doca").get("profile_package") or "doca-ofed"),
         "__ofed_mlnx_url": source_url("mlnx_ofed", mlnx_url_own),
         "__ofed_mlnx_url_from": "ofed_mlnx_ofed_url" if mlnx_url_own else "version manifest ofed.mlnx_ofed.url",
         "__ofed_mlnx_checksum": checksum,

@@ -13,7 +13,6 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from functools import cmp_to_key
 from typing import Any
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils.parsers import deb_version_compare
@@ -184,7 +183,7 @@ def node_plan(
     entries = []
     for name in components(component):
         versions = dict(found.get(name) or {})
-        if same and not versions.get("installed") and not versions.get("na"):
+        if same and not versions.get("installed"):
             # A failed install can leave the package half-configured (not installed to dpkg): the unfinished run
             # knew what was there.
             versions["installed"] = (record.get("from") or {}).get(name, "")
@@ -192,8 +191,10 @@ def node_plan(
             continue  # a stack upgrade moves what the node has
         if versions.get("na"):
             entries.append({"component": name, "from": "", "to": "", "action": "refused", "reason": versions["na"]})
-            continue
-        entries.append(component_plan(name, versions.get("installed", ""), versions.get("target", ""), allow_downgrade))
+        else:
+            entries.append(
+                component_plan(name, versions.get("installed", ""), versions.get("target", ""), allow_downgrade)
+            )
     refused = [f"{e['component']}: {e['reason']}" for e in entries if e["action"] == "refused"]
     moving = [e for e in entries if e["action"] in ("upgrade", "downgrade")]
     if unfinished and not resume:
@@ -258,17 +259,13 @@ def play_batch_size(total: int, batch: int | None = None, max_unavailable: str |
 def schedule(plans: dict[str, dict[str, Any]], size: int) -> dict[str, Any]:
     """The run's schedule from every node's plan: batches of `size` over the nodes to do, in host name order (the
     play's `order: sorted`), the nodes at the target and the refused ones."""
-    todo = sorted((h for h, p in plans.items() if p["action"] == "todo"), key=cmp_to_key(_by_name))
+    todo = sorted(h for h, p in plans.items() if p["action"] == "todo")
     return {
         "batch_size": size,
         "batches": [todo[i : i + size] for i in range(0, len(todo), size)],
         "current": sorted(h for h, p in plans.items() if p["action"] == "current"),
         "refused": {h: p["refused"] for h, p in sorted(plans.items()) if p["action"] == "refused"},
     }
-
-
-def _by_name(a: str, b: str) -> int:
-    return (a > b) - (a < b)
 
 
 def loaded_in_order(proc_modules: Any) -> list[str]:
