@@ -9,19 +9,10 @@ from pathlib import Path
 import pytest
 
 from nodeforge.collection import model, rules, settings
+from tests.test_settings import GPUDIRECT_DEFAULTS
 
 MIXED = (Path(__file__).parent / "data" / "outputs" / "dkms-status-mixed-debian12.txt").read_text()
-EMPTY = {
-    "gpudirect_rdma_driver_flavor": "",
-    "gpudirect_rdma_driver_branch": "",
-    "gpudirect_rdma_driver_version": "",
-    "gpudirect_rdma_peermem_module_name": "",
-    "gpudirect_rdma_kernels": [],
-    "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current)?(-open)?$",
-    "nvidia_driver_flavor": "",
-    "nvidia_driver_branch": "",
-    "nvidia_driver_version": "",
-}
+EMPTY = {**GPUDIRECT_DEFAULTS, "nvidia_driver_flavor": "", "nvidia_driver_branch": "", "nvidia_driver_version": ""}
 
 
 def gpudirect(variables: dict, dkms: str = "", kernel: str = "6.1.0-99-amd64") -> dict:

@@ -10,6 +10,24 @@ import pytest
 
 from nodeforge.collection import upgrade
 
+# A node at toolkit 1.20.0 with 1.21.0 the target and no upgrade record: the plan of a plain upgrade.
+TOOLKIT_TODO = {
+    "action": "todo",
+    "components": [
+        {
+            "component": "toolkit",
+            "from": "1.20.0",
+            "to": "1.21.0",
+            "action": "upgrade",
+            "reason": "1.20.0 -> 1.21.0",
+        }
+    ],
+    "refused": [],
+    "resume": False,
+    "state": {},
+    "downgrade": False,
+}
+
 
 def found(installed: str | None = None, target: str | None = None, na: str = "") -> dict:
     """What the role's probe hands over for one component; a None version is left out, as a probe that found none."""
@@ -81,22 +99,7 @@ def test_a_downgrade_is_refused_unless_allowed_and_then_marks_the_plan():
 
 
 def test_an_upgrade_and_a_node_at_the_target_without_any_record():
-    assert upgrade.node_plan({"toolkit": found("1.20.0-1", "1.21.0")}, "toolkit", allow_downgrade=True) == {
-        "action": "todo",
-        "components": [
-            {
-                "component": "toolkit",
-                "from": "1.20.0",
-                "to": "1.21.0",
-                "action": "upgrade",
-                "reason": "1.20.0 -> 1.21.0",
-            }
-        ],
-        "refused": [],
-        "resume": False,
-        "state": {},
-        "downgrade": False,
-    }
+    assert upgrade.node_plan({"toolkit": found("1.20.0-1", "1.21.0")}, "toolkit", allow_downgrade=True) == TOOLKIT_TODO
     # --resume with nothing unfinished resumes nothing.
     assert upgrade.node_plan({"toolkit": found("1.21.0-1", "1.21.0")}, "toolkit", resume=True) == {
         "action": "current",
@@ -151,22 +154,7 @@ def test_stack_leaves_out_what_is_missing_or_does_not_apply_even_when_installed(
         },
         "stack",
     )
-    assert plan == {
-        "action": "todo",
-        "components": [
-            {
-                "component": "toolkit",
-                "from": "1.20.0",
-                "to": "1.21.0",
-                "action": "upgrade",
-                "reason": "1.20.0 -> 1.21.0",
-            }
-        ],
-        "refused": [],
-        "resume": False,
-        "state": {},
-        "downgrade": False,
-    }
+    assert plan == TOOLKIT_TODO
 
 
 def test_stack_on_a_node_with_nothing_installed_is_refused_with_what_to_do():
