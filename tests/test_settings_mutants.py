@@ -365,3 +365,75 @@ def test_a_tarball_with_the_host_s_own_url_and_checksum_is_verified():
             + CHECKSUM_EXPECTED,
         )
     ]
+
+
+# --- The container toolkit --------------------------------------------------------------------------------------------
+
+TOOLKIT_PIN = {
+    "version": "9.9.9",
+    "packages": ["nvidia-container-toolkit", "nvidia-container-toolkit-base"],
+    "deb_url": "https://mirror.example/libnvidia-container/stable/deb",
+    "rpm_url": "https://mirror.example/libnvidia-container/stable/rpm",
+    "key_url": "https://mirror.example/libnvidia-container/gpgkey",
+    "key_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"],
+}
+
+
+def toolkit(variables: dict, url_key: str = "deb_url") -> dict:
+    overrides = {"nodeforge_manifest_overrides": {"nvidia_container_toolkit": TOOLKIT_PIN}}
+    m = model.HostModel("node-01", {**overrides, **variables}, {})
+    return settings.nvidia_container_toolkit(m, {"url_key": url_key})
+
+
+def test_the_toolkit_from_the_manifest_alone():
+    assert toolkit({}) == {
+        "__nvidia_container_toolkit_version": "9.9.9",
+        "__nvidia_container_toolkit_version_from": "version manifest nvidia_container_toolkit.version",
+        "__nvidia_container_toolkit_packages": ["nvidia-container-toolkit", "nvidia-container-toolkit-base"],
+        "__nvidia_container_toolkit_repo_url": "https://mirror.example/libnvidia-container/stable/deb",
+        "__nvidia_container_toolkit_key_url": "https://mirror.example/libnvidia-container/gpgkey",
+        "__nvidia_container_toolkit_key_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"],
+        "__nvidia_container_toolkit_default": "",
+        "__nvidia_container_toolkit_hooks": False,
+        "__nvidia_container_toolkit_driver_container": False,
+    }
+    # An rpm node reads the manifest's rpm repository.
+    assert toolkit({}, "rpm_url")["__nvidia_container_toolkit_repo_url"] == TOOLKIT_PIN["rpm_url"]
+
+
+def test_the_toolkit_s_own_variables_win_and_name_themselves():
+    resolved = toolkit(
+        {
+            "nvidia_container_toolkit_version": "1.17.8",
+            "nvidia_container_toolkit_repo_url": "https://site.example/toolkit",
+            "nvidia_container_toolkit_key_url": "https://site.example/key.gpg",
+            "nvidia_container_toolkit_set_as_default": "yes",
+            "__nvidia_container_toolkit_runtime_name": "nvidia",
+            "nvidia_container_toolkit_runtimes": ["containerd", "podman"],
+        }
+    )
+    assert (resolved["__nvidia_container_toolkit_version"], resolved["__nvidia_container_toolkit_version_from"]) == (
+        "1.17.8",
+        "nvidia_container_toolkit_version",
+    )
+    assert resolved["__nvidia_container_toolkit_repo_url"] == "https://site.example/toolkit"
+    assert resolved["__nvidia_container_toolkit_key_url"] == "https://site.example/key.gpg"
+    assert resolved["__nvidia_container_toolkit_default"] == "nvidia"
+    assert resolved["__nvidia_container_toolkit_hooks"] is True
+
+
+@pytest.mark.parametrize(
+    ("runtimes", "crio_mode", "hooks"),
+    [
+        (["containerd"], "hooks", False),
+        (["crio"], "hooks", True),
+        (["crio"], "runtime", False),
+        (["podman"], "runtime", True),
+        ([], "hooks", False),
+    ],
+)
+def test_oci_hooks_are_wanted_for_podman_and_for_cri_o_in_hooks_mode(runtimes, crio_mode, hooks):
+    resolved = toolkit({"nvidia_container_toolkit_runtimes": runtimes, "nvidia_container_toolkit_crio_mode": crio_mode})
+    assert resolved["__nvidia_container_toolkit_hooks"] is hooks
+    # set_as_default false: no default runtime, whatever its name.
+    assert toolkit({"__nvidia_container_toolkit_runtime_name": "nvidia"})["__nvidia_container_toolkit_default"] == ""

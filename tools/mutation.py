@@ -178,7 +178,12 @@ def report(statuses: dict[str, str]) -> int:
         print(f"{module:<16}" + "".join(f"{counts[c]:>11}" for c in columns) + f"{score:>7.1f}%")
         if module in DECISION_MODULES and (score < 90.0 or counts["not run"]):
             failing.append(module)
-    stale = sorted(name for name in known if statuses.get(name, "killed") in ("killed", "timeout", "segfault"))
+    # Of the modules this run mutated: an equivalent mutant it killed, or no longer made.
+    stale = sorted(
+        name
+        for name in known
+        if module_of(name) in table and statuses.get(name, "killed") in ("killed", "timeout", "segfault")
+    )
     print(f"\n{len(survivors)} surviving mutants (`cd {STAGE.relative_to(REPO)} && mutmut show NAME` shows one):")
     for name, status in survivors:
         print(f"  {status:<10} {name}")
