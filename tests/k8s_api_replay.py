@@ -46,6 +46,20 @@ def load(name: str) -> Any:
     return yaml.safe_load((DATA / name).read_text(encoding="utf-8"))
 
 
+def write_kubeconfig(path: Path, server: str, token: str, user: str = "deployer", **cluster: Any) -> Path:
+    """A kubeconfig of one context, lab: the API server at `server` (with any more cluster fields), a bearer token."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "lab",
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": user}}],
+        "clusters": [{"name": "lab", "cluster": {"server": server, **cluster}}],
+        "users": [{"name": user, "user": {"token": token}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from nodeforge import runner
-from tests.k8s_api_replay import APPLY_PATCH, ApiServer, Cluster, load
+from tests.k8s_api_replay import APPLY_PATCH, ApiServer, Cluster, load, write_kubeconfig
 
 pytestmark = pytest.mark.slow  # ansible-runner playbooks, each kubernetes.core loop item a module run
 
@@ -88,19 +88,7 @@ def api(tmp_path, state_dir):
         token = secrets.token_urlsafe(32)
         server = ApiServer(Cluster({token: user}, deny)).start()
         servers.append(server)
-        kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(
-            yaml.safe_dump(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "lab",
-                    "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "deployer"}}],
-                    "clusters": [{"name": "lab", "cluster": {"server": server.url}}],
-                    "users": [{"name": "deployer", "user": {"token": token}}],
-                }
-            )
-        )
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, token)
         return server, kubeconfig, token
 
     yield start

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.k8s_api_replay import write_kubeconfig
 from tests.test_k8s_objects import UPSTREAM, independent_problems
 
 pytestmark = pytest.mark.slow
@@ -179,18 +180,8 @@ def test_apply_stops_before_any_object_when_the_api_server_does_not_answer(tmp_p
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = f"https://127.0.0.1:{port}"
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "lab",
-                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "admin"}}],
-                "clusters": [{"name": "lab", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-                "users": [{"name": "admin", "user": {"token": "not-a-secret-of-anyone"}}],
-            }
-        )
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", server, "not-a-secret-of-anyone", user="admin", **{"insecure-skip-tls-verify": True}
     )
     run = k8s("apply", tmp_path, upstream_url, "c4140-k8s", "--kubeconfig", str(kubeconfig))
     assert run.returncode != 0
