@@ -187,16 +187,36 @@ VERSIONS = [
     "3.0-1",
     "3.0a-1",
     "3.0+b1",
+    # Leading zeros, tildes against the end of the string and against each other, letters against other characters,
+    # colons and hyphens inside the upstream version (dpkg: the epoch ends at the first colon, the revision starts
+    # after the last hyphen).
+    "1.01-1",
+    "1.1-1",
+    "1.001",
+    "1.0",
+    "1.0~",
+    "1.0~~",
+    "1.0~rc1",
+    "1.0a",
+    "1.0+",
+    "1.0.",
+    "1.0-0",
+    "0:1.0",
+    "1:2:3-1",
+    "1:2.9-1",
+    "1:2-3-4",
+    "1:2-3-5",
+    "1:2-4",
 ]
 
 
 @pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg (Debian machines) as the reference ordering")
 def test_deb_version_compare_agrees_with_dpkg():
     for a, b in itertools.combinations(VERSIONS, 2):
-        ours = parsers.deb_version_compare(a, b)
         dpkg_lt = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], check=False).returncode == 0
         dpkg_eq = subprocess.run(["dpkg", "--compare-versions", a, "eq", b], check=False).returncode == 0
-        assert ours == (0 if dpkg_eq else -1 if dpkg_lt else 1), (a, b)
+        dpkg = 0 if dpkg_eq else -1 if dpkg_lt else 1
+        assert (parsers.deb_version_compare(a, b), parsers.deb_version_compare(b, a)) == (dpkg, -dpkg), (a, b)
 
 
 def test_choose_version_keeps_an_installed_build_of_the_wanted_version():

@@ -201,3 +201,26 @@ def test_dpkg_query_status_keeps_a_version_s_last_letter_and_shows_a_damaged_lin
     with pytest.raises(parsers.ParseError) as refused:
         parsers.dpkg_query_status("iX 1.0 \n")
     assert (refused.value.tool, refused.value.line) == ("dpkg_query_status", "iX 1.0 ")
+
+
+VERSION_EXPECTED = "a Debian version [epoch:]upstream_version[-debian_revision], the epoch digits"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "message", "line"),
+    [
+        ("x:1.0", "1.0", "the epoch is not a number", "x:1.0"),
+        ("1.0", "1a:2.0-1", "the epoch is not a number", "1a:2.0-1"),
+        (535, "535.261.03-1", "the version is of type int", "535"),
+        ("535.261.03-1", None, "the version is of type NoneType", "None"),
+    ],
+)
+def test_deb_version_compare_refuses_naming_itself_the_version_and_its_form(a, b, message, line):
+    with pytest.raises(parsers.ParseError) as refused:
+        parsers.deb_version_compare(a, b)
+    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+        "deb_version_compare",
+        message,
+        line,
+        VERSION_EXPECTED,
+    )

@@ -871,3 +871,130 @@ def test_nouveau_built_in_or_read_from_one_list_only():
     assert validate.nouveau_check(only_proc, {}) == passed
     only_sys = parsed(proc_modules=("", 1), sys_module=("", 0), sys_module_nouveau=("", 1))
     assert validate.nouveau_check(only_sys, {}) == passed
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Docker, CRI-O and the OCI hook: each source a check reads, and what it says when that source is missing or damaged
+
+
+DOCKER_INFO = (
+    '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},"runc":{"path":"runc"}}'
+)
+DAEMON_JSON = f'{{"runtimes": {{"nvidia": {{"args": [], "path": "{RUNTIME}"}}}}}}'
+
+
+@pytest.mark.parametrize(
+    ("found", "result"),
+    [
+        # `docker info` answers: the daemon's own view wins over daemon.json (written by nvidia-ctk, path unqualified).
+        ({"docker_runtimes": (DOCKER_INFO, 0), "file:/etc/docker/daemon.json": ("{}", 0)},
+         ("pass", "nvidia-container-runtime", "docker info")),
+        ({"docker_runtimes": ('{"runc":{"path":"runc"}}', 0)}, ("fail", "no nvidia runtime", "docker info")),
+        # The daemon down (rc 1) or answering nothing: daemon.json, named as the source.
+        ({"docker_runtimes": ("Cannot connect to the Docker daemon", 1),
+          "file:/etc/docker/daemon.json": (DAEMON_JSON, 0)},
+         ("pass", RUNTIME, "/etc/docker/daemon.json (daemon not answering)")),
+        ({"docker_runtimes": ("", 0), "file:/etc/docker/daemon.json": (DAEMON_JSON, 0)},
+         ("pass", RUNTIME, "/etc/docker/daemon.json (daemon not answering)")),
+        ({"docker_runtimes": ("", 1), "file:/etc/docker/daemon.json": ('{"log-driver": "journald"}', 0)},
+         ("fail", "no nvidia runtime", "/etc/docker/daemon.json (daemon not answering)")),
+        ({"docker_runtimes": ("", 1), "file:/etc/docker/daemon.json": ('{"runtimes": null}', 0)},
+         ("fail", "no nvidia runtime", "/etc/docker/daemon.json (daemon not answering)")),
+        ({"docker_runtimes": ("", 1)}, ("fail", None, "no docker info and no /etc/docker/daemon.json")),
+        ({}, ("fail", None, "no docker info and no /etc/docker/daemon.json")),
+        # A daemon.json the probe could not read (rc 1) is no daemon.json.
+        ({"docker_runtimes": ("", 1), "file:/etc/docker/daemon.json": (DAEMON_JSON, 1)},
+         ("fail", None, "no docker info and no /etc/docker/daemon.json")),
+        ({"docker_runtimes": ("", 1), "file:/etc/docker/daemon.json": ('{"runtimes": {', 0)},
+         ("fail", None, "/etc/docker/daemon.json (daemon not answering) is not readable JSON: Expecting property "
+          "name enclosed in double quotes: line 1 column 15 (char 14)")),
+        ({"docker_runtimes": ("", 1), "file:/etc/docker/daemon.json": ('["runtimes"]', 0)},
+         ("fail", None, "/etc/docker/daemon.json (daemon not answering) is not readable JSON: 'list' object has "
+          "no attribute 'get'")),
+        ({"docker_runtimes": ("<no value>", 0)},
+         ("fail", None, "docker info is not readable JSON: Expecting value: line 1 column 1 (char 0)")),
+        # Runtimes that are not a table: no nvidia runtime, not a crash.
+        ({"docker_runtimes": ('["nvidia"]', 0)}, ("fail", "no nvidia runtime", "docker info")),
+        ({"docker_runtimes": ('{"nvidia": {"path": "/usr/bin/runc"}}', 0)}, ("fail", "/usr/bin/runc", "docker info")),
+    ],
+)  # fmt: skip
+def test_docker_check_reads_docker_info_else_daemon_json(found, result):
+    status, measured, reason = result
+    assert validate.docker_check(parsed(**found)) == check_result("runtime[docker]", status, measured, RUNTIME, reason)
+
+
+CRIO_DROPIN = f'[crio.runtime.runtimes.nvidia]\nruntime_path = "{RUNTIME}"\nruntime_type = "oci"\n'
+CRIO_FILES = "CRI-O's configuration files (crio not answering)"
+
+
+@pytest.mark.parametrize(
+    ("found", "result"),
+    [
+        ({"crio_config": (CRIO_DROPIN, 0), "file:/etc/crio/crio.conf.d/99-nvidia.toml": ("", 0)},
+         ("pass", RUNTIME, "crio config")),
+        ({"crio_config": ('[crio.runtime]\ndefault_runtime = "crun"\n', 0),
+          "file:/etc/crio/crio.conf.d/99-nvidia.toml": (CRIO_DROPIN, 0)},
+         ("fail", "no nvidia runtime", "crio config")),
+        # crio not answering: its drop-ins, in the order CRI-O reads them (the last one that sets the path wins), and
+        # only CRI-O's files.
+        ({"crio_config": ("", 1), "file:/etc/crio/crio.conf.d/99-nvidia.toml": (CRIO_DROPIN, 0)},
+         ("pass", RUNTIME, CRIO_FILES)),
+        ({"crio_config": ("", 127), "file:/etc/crio/crio.conf.d/10-old.toml": (CRIO_DROPIN, 0),
+          "file:/etc/crio/crio.conf.d/99-other.toml": (CRIO_DROPIN.replace(RUNTIME, "/usr/bin/crun"), 0)},
+         ("fail", "/usr/bin/crun", CRIO_FILES)),
+        ({"crio_config": ("", 1), "file:/etc/crio/crio.conf.d/10-nvidia.toml": (CRIO_DROPIN, 0),
+          "file:/etc/crio/crio.conf.d/99-other.toml": ('[crio.runtime]\nlog_level = "info"\n', 0)},
+         ("pass", RUNTIME, CRIO_FILES)),
+        ({"crio_config": ("", 1), "file:/etc/containerd/conf.d/99-nvidia.toml": (CRIO_DROPIN, 0)},
+         ("fail", "no nvidia runtime", CRIO_FILES)),
+        ({"crio_config": ("", 1)}, ("fail", "no nvidia runtime", CRIO_FILES)),
+        ({}, ("fail", "no nvidia runtime", CRIO_FILES)),
+        # tomllib's own words after the source differ between Python versions.
+        ({"crio_config": ("[crio.runtime\n", 0)}, ("fail", None, "crio config is not TOML: Expected ']'")),
+        ({"crio_config": ("", 1), "file:/etc/crio/crio.conf.d/99-nvidia.toml": ("runtime_path = \n", 0)},
+         ("fail", None, f"{CRIO_FILES} is not TOML: Invalid value")),
+    ],
+)  # fmt: skip
+def test_crio_check_reads_crio_config_else_its_drop_ins(found, result):
+    status, measured, reason = result
+    got = validate.crio_check(parsed(**found), {"crio_mode": "runtime"})
+    assert got["reason"].startswith(reason)
+    assert got == check_result("runtime[crio]", status, measured, RUNTIME, got["reason"])
+
+
+HOOK = "/usr/bin/nvidia-container-runtime-hook"
+HOOK_FILE = "/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json"
+NO_HOOK = "no OCI hook oci-nvidia-hook.json running the toolkit's hook"
+
+
+@pytest.mark.parametrize(
+    ("found", "result"),
+    [
+        ({f"file:{HOOK_FILE}": (f'{{"version": "1.0.0", "hook": {{"path": "{HOOK}"}}}}', 0)},
+         ("pass", HOOK, HOOK_FILE)),
+        # A damaged or foreign hook file before a good one is passed over, not fatal.
+        ({"file:/etc/containers/oci/hooks.d/oci-nvidia-hook.json": ('{"hook": ', 0),
+          "file:/usr/local/share/oci-nvidia-hook.json": ('["hook"]', 0),
+          "file:/run/containers/oci/hooks.d/oci-nvidia-hook.json": ('{"hook": null}', 0),
+          f"file:{HOOK_FILE}": (f'{{"version": "1.0.0", "hook": {{"path": "{HOOK}"}}}}', 0)},
+         ("pass", HOOK, HOOK_FILE)),
+        ({f"file:{HOOK_FILE}": ('{"version": "1.0.0", "hook": {"path": "/usr/bin/other-hook"}}', 0)},
+         ("fail", None, NO_HOOK)),
+        ({f"file:{HOOK_FILE}.bak": (f'{{"hook": {{"path": "{HOOK}"}}}}', 0)}, ("fail", None, NO_HOOK)),
+        ({}, ("fail", None, NO_HOOK)),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("check", ["runtime[podman]", "runtime[crio]"])
+def test_the_oci_hook_check_for_podman_and_crio_in_hooks_mode(found, result, check):
+    status, measured, reason = result
+    if check == "runtime[podman]":
+        got = validate.hook_check(parsed(**found))
+    else:
+        got = validate.crio_check(parsed(**found), {"crio_mode": "hooks"})
+    assert got == check_result(check, status, measured, HOOK, reason)
+
+
+def test_sections_of_stdout_lines_as_ansible_registers_them():
+    lines = ["line one", "line two", "@@nodeforge a rc=0@@", "", "@@nodeforge b rc=3@@", "dropped"]
+    assert validate.sections(lines) == {"a": {"output": "line one\nline two", "rc": 0}, "b": {"output": "", "rc": 3}}
+    assert validate.sections(None) == {}

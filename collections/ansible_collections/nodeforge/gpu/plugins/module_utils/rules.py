@@ -183,19 +183,23 @@ def _missing(data: dict, *keys: str) -> list[str]:
     return [key for key in keys if is_empty(data.get(key))]
 
 
-def _unverified_tarball(ctx: HostModel, prefix: str, section: str, why: str, deciding: Value) -> Iterator[Violation]:
-    """A tarball needs a URL and a checksum: the host's own <prefix>_url/_checksum, else the manifest's <table>."""
-    manifest = table(ctx.manifest, *section.split("."))
+def _unverified_tarball(
+    ctx: HostModel, prefix: str, section: tuple[str, str], why: str, deciding: Value
+) -> Iterator[Violation]:
+    """A tarball needs a URL and a checksum: the host's own <prefix>_url/_checksum, else the manifest's
+    <component>.<tarball> table (section names both)."""
+    component, tarball = section
+    manifest = table(ctx.manifest, component, tarball)
     for field in ("url", "checksum"):
         # HostModel.get is None for an unset or empty own value.
         if ctx.get(f"{prefix}_{field}") is None and manifest.get(field) in (None, ""):
-            path = f"{section}.{field}"
+            path = f"{component}.{tarball}.{field}"
             emptied = f"; {path} left empty by {ctx.manifest_origin(path)}" if _overridden(ctx, path) else ""
             yield Violation(
                 deciding.origin,
                 f"{prefix}_{field}",
-                f"no {field} for the {section.rsplit('.', 1)[-1]} tarball ({why}, from {deciding.origin}{emptied})",
-                f"{prefix}_{field}, or {section}.{field} in nodeforge_manifest_overrides"
+                f"no {field} for the {tarball} tarball ({why}, from {deciding.origin}{emptied})",
+                f"{prefix}_{field}, or {path} in nodeforge_manifest_overrides"
                 + ("; <algorithm>:<hex digest> of the tarball you verified" if field == "checksum" else ""),
             )
 
@@ -208,14 +212,14 @@ def source_tarballs_are_verified(ctx: HostModel) -> Iterator[Violation]:
         yield from _unverified_tarball(
             ctx,
             "gpudirect_rdma_nv_peer_mem",
-            "gpudirect_rdma.nv_peer_mem",
+            ("gpudirect_rdma", "nv_peer_mem"),
             "gpudirect_rdma_module: nv_peer_mem",
             module,
         )
     gdrcopy = ctx.get("gpudirect_rdma_gdrcopy")
     if gdrcopy and gdrcopy.value is True:
         yield from _unverified_tarball(
-            ctx, "gpudirect_rdma_gdrcopy", "gpudirect_rdma.gdrcopy", "gpudirect_rdma_gdrcopy: true", gdrcopy
+            ctx, "gpudirect_rdma_gdrcopy", ("gpudirect_rdma", "gdrcopy"), "gpudirect_rdma_gdrcopy: true", gdrcopy
         )
 
 
@@ -224,7 +228,7 @@ def mlnx_ofed_tarball_is_verified(ctx: HostModel) -> Iterator[Violation]:
     """The legacy MLNX_OFED tarball runs its installer as root: never without a checksum."""
     mode = ctx.get("ofed_mode")
     if mode and mode.value == "mlnx_ofed":
-        yield from _unverified_tarball(ctx, "ofed_mlnx_ofed", "ofed.mlnx_ofed", "ofed_mode: mlnx_ofed", mode)
+        yield from _unverified_tarball(ctx, "ofed_mlnx_ofed", ("ofed", "mlnx_ofed"), "ofed_mode: mlnx_ofed", mode)
 
 
 @rule

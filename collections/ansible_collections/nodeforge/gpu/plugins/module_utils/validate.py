@@ -423,10 +423,9 @@ def docker_check(probes: Mapping[str, Mapping]) -> dict:
                 return check_result(
                     check, "fail", None, RUNTIME_BINARY, "no docker info and no /etc/docker/daemon.json"
                 )
-            runtimes, source = (
-                json.loads(daemon).get("runtimes") or {},
-                "/etc/docker/daemon.json (daemon not answering)",
-            )
+            # Named before it is read: a daemon.json that is not JSON is what the error must name.
+            source = "/etc/docker/daemon.json (daemon not answering)"
+            runtimes = json.loads(daemon).get("runtimes") or {}
     except (json.JSONDecodeError, AttributeError) as error:
         return check_result(check, "fail", None, RUNTIME_BINARY, f"{source} is not readable JSON: {error}")
     path = str((runtimes.get("nvidia") or {}).get("path") or "") if isinstance(runtimes, dict) else ""
