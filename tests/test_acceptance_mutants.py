@@ -162,3 +162,110 @@ def test_perftest_clock_unmeasured_refuses_what_is_no_output_as_ib_write_bw():
 )
 def test_a_pinned_version_matches_itself_and_its_releases(measured, expected, matches):
     assert acceptance._version_matches(measured, expected) is matches
+
+
+# ---- a damaged value is refused naming the tool, what is wrong with which field, and the whole line ----------------
+
+SMI_GPU = "nvidia-smi --query-gpu"
+SMI_ROWS = "nvidia-smi --query-remapped-rows"
+V100 = "3, Tesla V100-SXM2-16GB, 00000000:0A:00.0, Enabled, Enabled, No"
+
+
+@pytest.mark.parametrize(
+    ("parser", "line", "tool", "message"),
+    [
+        (acceptance.nvidia_smi_gpus, V100.replace("3,", "3a,"), SMI_GPU, "the GPU index is not an integer ('3a')"),
+        (acceptance.nvidia_smi_gpus, V100.replace("00000000:0A:00.0", "0A:00.0"), SMI_GPU,
+         "not a PCI bus id ('0A:00.0')"),
+        (acceptance.nvidia_smi_gpus, V100.replace("Enabled, Enabled", "On, Enabled"), SMI_GPU,
+         "persistence_mode is 'On', neither Enabled nor Disabled"),
+        (acceptance.nvidia_smi_gpus, V100.replace("Enabled, No", "Unknown Error, No"), SMI_GPU,
+         "ecc.mode.current is 'Unknown Error', neither Enabled nor Disabled"),
+        (acceptance.nvidia_smi_gpus, V100.replace(", No", ", Pending"), SMI_GPU,
+         "retired_pages.pending is 'Pending', neither Yes nor No"),
+        (acceptance.nvidia_smi_gpus, V100.replace("Tesla V100-SXM2-16GB", ""), SMI_GPU, "name is empty"),
+        # The remapped-rows query names its bus id gpu_bus_id.
+        (acceptance.nvidia_smi_remapped_rows, "0000:18:00, No, No", SMI_ROWS, "not a PCI bus id ('0000:18:00')"),
+        (acceptance.nvidia_smi_remapped_rows, "00000000:18:00.0, No, Maybe", SMI_ROWS,
+         "remapped_rows.failure is 'Maybe', neither Yes nor No"),
+    ],
+)  # fmt: skip
+def test_nvidia_smi_refuses_a_damaged_value_naming_the_field(parser, line, tool, message):
+    with pytest.raises(ParseError) as refused:
+        parser(line + "\n")
+    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+        tool,
+        message,
+        line,
+        "",
+    )
+
+
+def test_nvidia_smi_remapped_rows_reads_its_bus_id_upper_case():
+    assert acceptance.nvidia_smi_remapped_rows("00000000:ab:00.0, No, Yes") == [
+        {"bus_id": "00000000:AB:00.0", "remapped_rows_pending": False, "remapped_rows_failure": True}
+    ]
+
+
+# A row of tests/data/outputs/validate/nccl-all-reduce-perf-16x1-nccl-tests-format.txt
+NCCL_ROW = "268435456  67108864  float  sum  -1  88376.0  3.04  5.70  0  88034.0  3.05  5.72  0"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        (5, "88376.0us", "time is not a number ('88376.0us')"),
+        (6, "3.04GB", "algbw is not a number ('3.04GB')"),
+        (7, "-", "busbw is not a number ('-')"),
+        (8, "x", "#wrong/error is not a number ('x')"),
+        (9, "n/a", "time is not a number ('n/a')"),
+        (10, "inf!", "algbw is not a number ('inf!')"),
+        (11, "5,72", "busbw is not a number ('5,72')"),
+        (12, "n/a", "#wrong/error is not a number ('n/a')"),
+    ],
+)
+def test_nccl_all_reduce_refuses_a_damaged_column_naming_it(column, value, message):
+    tokens = NCCL_ROW.split()
+    tokens[column] = value
+    line = "  ".join(tokens)
+    with pytest.raises(ParseError) as refused:
+        acceptance.nccl_all_reduce(line + "\n")
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("all_reduce_perf", message, line)
+
+
+def test_nccl_all_reduce_reads_each_column_of_both_halves():
+    """Every column distinct, so a value read from its neighbour's column shows; N/A (the Redbook's error column
+    when the check is off) is no count of wrong values."""
+    line = "8  2  float  sum  -1  11.5  0.01  0.02  N/A  12.5  0.03  0.04  7"
+    assert acceptance.nccl_all_reduce(line)["rows"] == [
+        {
+            "size": 8,
+            "count": 2,
+            "type": "float",
+            "redop": "sum",
+            "root": -1,
+            "oop_time_us": 11.5,
+            "oop_algbw": 0.01,
+            "oop_busbw": 0.02,
+            "oop_wrong": None,
+            "ip_time_us": 12.5,
+            "ip_algbw": 0.03,
+            "ip_busbw": 0.04,
+            "ip_wrong": 7.0,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parser", "text", "tool", "message", "line"),
+    [
+        (acceptance.ibstatus, HEAD + "\tstate:\t\t 4: ACTIVE\n\trate:\t\t 100 Gb/sec (4X EDR)\n", "ibstatus",
+         "mlx5_0 port 1 ends without phys_state, link_layer", "rate:\t\t 100 Gb/sec (4X EDR)"),
+        (acceptance.ibstat, "CA 'mlx5_0'\n\tNumber of ports: 1\n\tPort 1:\n\t\tState: Active\n", "ibstat",
+         "mlx5_0 port 1 ends without phys_state, rate, link_layer", "State: Active"),
+    ],
+)  # fmt: skip
+def test_a_port_cut_short_is_refused_naming_what_it_lacks(parser, text, tool, message, line):
+    with pytest.raises(ParseError) as refused:
+        parser(text)
+    assert (refused.value.tool, refused.value.message, refused.value.line.strip()) == (tool, message, line.strip())

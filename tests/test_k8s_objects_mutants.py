@@ -185,3 +185,16 @@ def test_kubeconfig_server_without_a_path_names_the_kubeconfig():
     with pytest.raises(k8s_objects.K8sConfigError) as refused:
         k8s_objects.kubeconfig_server(TWO_CONTEXTS, "c")
     assert str(refused.value) == "the kubeconfig has no context 'c' (contexts: a, b)"
+
+
+def test_kubeconfig_server_names_the_file_for_a_yaml_error_without_a_position(monkeypatch):
+    def refuse(text):
+        raise k8s_objects.yaml.MarkedYAMLError(problem="found character that cannot start any token")
+
+    monkeypatch.setattr(k8s_objects.yaml, "safe_load", refuse)
+    with pytest.raises(k8s_objects.K8sConfigError) as refused:
+        k8s_objects.kubeconfig_server("server: x", path="/root/.kube/config")
+    assert str(refused.value) == (
+        "the kubeconfig /root/.kube/config is not valid YAML (position unknown: found character that cannot start "
+        "any token)"
+    )

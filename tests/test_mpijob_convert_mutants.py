@@ -467,3 +467,21 @@ def test_np_beyond_the_slots_is_noted_through_the_shells_options(command):
 def test_np_of_no_script_of_the_shell_is_not_noted(command):
     _, notes = converted(v1alpha2(command=command))
     assert [n for n in notes if "mpirun -np" in n] == []
+
+
+def test_the_job_given_is_left_as_it_was():
+    """The converted job is a new object: the worker's command is dropped from its own copy of the template, never
+    from the job the caller still holds (the CLI writes notes from it; AWX may convert it again)."""
+    job = v1alpha1(container(command=MPIRUN, args=["--steps", "10"], resources={"limits": {"nvidia.com/gpu": 8}}))
+    job["spec"]["gpus"] = 16
+    before = copy.deepcopy(job)
+    converted, _ = mpijob_convert.convert(job)
+    assert job == before
+    assert "command" not in converted["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+
+
+def test_a_yaml_error_without_a_position_names_the_file_and_says_unreadable():
+    """PyYAML's errors carry a problem and a mark; one without either still names the file, never a traceback."""
+    assert mpijob_convert._yaml_problem("job.yaml", yaml.MarkedYAMLError()) == "job.yaml: not YAML: unreadable"
+    context = yaml.MarkedYAMLError(context="while parsing a block mapping", problem="found a tab")
+    assert mpijob_convert._yaml_problem("job.yaml", context) == "job.yaml: not YAML: found a tab"

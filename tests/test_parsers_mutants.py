@@ -224,3 +224,66 @@ def test_deb_version_compare_refuses_naming_itself_the_version_and_its_form(a, b
         line,
         VERSION_EXPECTED,
     )
+
+
+@pytest.mark.parametrize(
+    ("parser", "stdout", "line"),
+    [
+        # Two outputs run together (a missing newline in the format): two words where dpkg has one version.
+        (parsers.dpkg_query_status, "ii 535.261.03-1 ii 1.17.8-1", "ii 535.261.03-1 ii 1.17.8-1"),
+        (parsers.dpkg_query_status, "ii 1.0 2.0", "ii 1.0 2.0"),
+        (parsers.dpkg_query_installed, "libcuda1 ii 1.0 2.0\n", "libcuda1 ii 1.0 2.0"),
+    ],
+)
+def test_a_dpkg_version_with_blanks_is_refused_naming_the_line(parser, stdout, line):
+    with pytest.raises(parsers.ParseError) as refused:
+        parser(stdout)
+    assert (refused.value.message, refused.value.line, refused.value.expected) == (
+        "a version with blanks in it",
+        line,
+        DPKG_EXPECTED,
+    )
+    assert refused.value.tool == parser.__name__
+
+
+CHOOSE_EXPECTED_WANTED = "an upstream version such as 1.20.0 or a prefix such as 535."
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message", "line", "expected"),
+    [
+        (("535.261.03-1", "535."), "available versions is of type str", "535.261.03-1", "a list of available versions"),
+        ((["535.261.03-1"], 535), "the wanted version is of type int", "535", CHOOSE_EXPECTED_WANTED),
+        ((["535.261.03-1"], "535.", 1), "the installed version is of type int", "1", "a version or ''"),
+        ((["535.261.03-1"], "535.", "", "all"), "builds is of type str", "all", "one of revision, any"),
+        ((["535.261.03-1"], "535.", "", None), "builds is of type NoneType", "None", "one of revision, any"),
+    ],
+)
+def test_choose_version_refuses_naming_itself_the_argument_and_what_it_takes(arguments, message, line, expected):
+    with pytest.raises(parsers.ParseError) as refused:
+        parsers.choose_version(*arguments)
+    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+        "choose_version",
+        message,
+        line,
+        expected,
+    )
+
+
+def test_choose_version_reads_no_installed_version_as_none_installed():
+    # A fact that is null (the package was never installed) is no installed version, not an error.
+    assert parsers.choose_version(["535.261.03-1", "535.247.01-1"], "535.", None) == "535.261.03-1"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("x" * 200, "x" * 200),
+        ("x" * 201, "x" * 197 + "..."),
+        (["y"] * 50, repr(["y"] * 50)[:197] + "..."),
+        (10**5000, "<int>"),  # Python refuses the repr of an int of more than 4300 digits
+    ],
+    ids=["200", "201", "list", "huge-int"],
+)
+def test_a_refused_value_is_shown_cut_to_200_characters(value, shown):
+    assert parsers.shown(value) == shown

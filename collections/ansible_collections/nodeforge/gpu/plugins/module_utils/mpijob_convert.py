@@ -567,7 +567,7 @@ def _from_v1alpha1(spec: dict, notes: list[str]) -> dict:
             f"spec.mpiReplicaSpecs.Launcher: the template's first container without its resources (the v1alpha1 "
             f"launcher asked for none, and no {resource})"
         )
-    worker = copy.deepcopy(dict(template))
+    worker = template  # spec is convert()'s own copy; the Launcher's template was copied from it above
     worker_first = worker["spec"]["containers"][0]
     for field in ("command", "args"):
         if worker_first.pop(field, None) is not None:

@@ -164,7 +164,8 @@ def dpkg_query_todo(stdout: str | list[str], packages: list[str], version: str =
     install = [
         p for p in packages if not state.get(p, {}).get("installed") or (version and state[p]["version"] != version)
     ]
-    hold = [p for p in packages if p in install or not state.get(p, {}).get("held")]
+    # A package not to install is installed: dpkg-query has its line.
+    hold = [p for p in packages if p in install or not state[p]["held"]]
     return {"install": install, "hold": hold}
 
 
@@ -176,7 +177,7 @@ def dkms_status(stdout: str | list[str]) -> list[dict]:
         match = _DKMS_LINE.match(line.strip())
         if match:
             entry = {k: (v or "") for k, v in match.groupdict().items()}
-            entry["state"] = entry["state"].rstrip(",")
+            entry["state"] = entry["state"].removesuffix(",")  # "installed, WARNING! ..." -> installed
             entries.append(entry)
     return entries
 

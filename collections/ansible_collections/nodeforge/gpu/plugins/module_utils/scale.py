@@ -618,12 +618,8 @@ def owned_calls(plans: Iterable[Mapping[str, Any]], host: str) -> list[dict[str,
     section's settings are shared by every node in it."""
     owners: dict[tuple[str, str], tuple[str, Mapping[str, str]]] = {}
     conflicts = []
-    mine: Mapping[str, Any] = {}
+    plans = [p for p in plans if p]  # a host without a plan (not a Scale client) has none
     for p in plans:
-        if not p:
-            continue
-        if p["host"] == host:
-            mine = p
         for section, settings in p["wanted"].items():
             key = (p["cluster"]["id"], section)
             if key not in owners:
@@ -648,6 +644,8 @@ def owned_calls(plans: Iterable[Mapping[str, Any]], host: str) -> list[dict[str,
             + "; ".join(conflicts)
             + "; expected the same values (set them in the group both hosts are in), or separate node classes"
         )
-    if not mine:
+    mine = next((p for p in plans if p["host"] == host), None)
+    if mine is None:
         return []
-    return [c for c in mine["calls"] if owners.get((mine["cluster"]["id"], c["section"]), ("",))[0] == host]
+    # Every call's section is one of the plan's wanted sections (plan() makes them from those): it has an owner.
+    return [c for c in mine["calls"] if owners[(mine["cluster"]["id"], c["section"])][0] == host]
