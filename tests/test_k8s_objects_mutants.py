@@ -198,3 +198,76 @@ def test_kubeconfig_server_names_the_file_for_a_yaml_error_without_a_position(mo
         "the kubeconfig /root/.kube/config is not valid YAML (position unknown: found character that cannot start "
         "any token)"
     )
+
+
+# ---- the device plugins' grant of the privileged SCC on OpenShift ---------------------------------------------------
+
+
+@pytest.mark.parametrize("daemonset_name", ["nvidia-device-plugin-daemonset", "rdma-shared-dp-ds"])
+def test_each_privileged_daemonset_s_account_may_use_the_privileged_scc(daemonset_name):
+    """OpenShift admits a privileged pod when its ServiceAccount may `use` an SCC that allows it (what `oc adm policy
+    add-scc-to-user privileged -z ACCOUNT` grants): the DaemonSet runs as its own account, bound to a Role with that
+    one rule, the binding's roleRef naming that Role."""
+    from tests.test_k8s_objects import by_kind, cluster, everything
+
+    objects = everything(cluster("openshift"))
+    [daemonset] = [d for d in by_kind(objects, "DaemonSet") if d["metadata"]["name"] == daemonset_name]
+    namespace = daemonset["metadata"]["namespace"]
+    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    owned = [o for o in objects if o["metadata"].get("name", "").startswith(account)]
+    managed = {"app.kubernetes.io/managed-by": "nodeforge"}
+    assert by_kind(owned, "ServiceAccount") == [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": account, "namespace": namespace, "labels": managed},
+        }
+    ]
+    [role] = by_kind(owned, "Role")
+    [binding] = by_kind(owned, "RoleBinding")
+    assert role["apiVersion"] == binding["apiVersion"] == "rbac.authorization.k8s.io/v1"
+    grant = {"name": f"{account}-privileged-scc", "namespace": namespace, "labels": managed}
+    assert role["metadata"] == binding["metadata"] == grant
+    assert role["rules"] == [
+        {
+            "apiGroups": ["security.openshift.io"],
+            "resources": ["securitycontextconstraints"],
+            "resourceNames": ["privileged"],
+            "verbs": ["use"],
+        }
+    ]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grant["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+
+
+# ---- the files `nodeforge k8s render` writes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "name"),
+    [
+        ({"kind": "DaemonSet", "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "kube-system"}},
+         "daemonset-kube-system-nvidia-device-plugin-daemonset.yaml"),
+        # Cluster-scoped: no namespace part, not an empty one.
+        ({"kind": "ClusterRoleBinding", "metadata": {"name": "mpi-operator"}}, "clusterrolebinding-mpi-operator.yaml"),
+        ({"kind": "RuntimeClass", "metadata": {"name": "nvidia", "namespace": ""}}, "runtimeclass-nvidia.yaml"),
+        # Characters a file name should not carry become one hyphen each run; dots stay.
+        ({"kind": "CustomResourceDefinition", "metadata": {"name": "mpijobs.kubeflow.org"}},
+         "customresourcedefinition-mpijobs.kubeflow.org.yaml"),
+        ({"kind": "ClusterRole", "metadata": {"name": "system:openshift:scc:privileged"}},
+         "clusterrole-system-openshift-scc-privileged.yaml"),
+        ({"kind": "Node", "metadata": {"name": "DGX_01  A"}}, "node-dgx-01-a.yaml"),
+    ],
+)  # fmt: skip
+def test_file_name_is_kind_namespace_and_name_in_lower_case(obj, name):
+    assert k8s_objects.file_name(obj) == name
+
+
+def test_kustomization_lists_the_written_files_for_kubectl_apply_k():
+    assert k8s_objects.kustomization(["node-a.yaml", "runtimeclass-nvidia.yaml"]) == (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+        "kind: Kustomization\n"
+        "resources:\n"
+        "- node-a.yaml\n"
+        "- runtimeclass-nvidia.yaml\n"
+    )

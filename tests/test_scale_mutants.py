@@ -514,3 +514,18 @@ def test_canonical_refusals_say_what_is_expected(attribute, value, message):
     with pytest.raises(scale.ScaleError) as refused:
         scale.canonical(attribute, value)
     assert str(refused.value) == message
+
+
+def test_an_unreadable_verbs_rdma_is_named_once_not_read_as_enable():
+    """verbsRdma "maybe" is refused for what it is; it is not also taken for enable (which would add a second,
+    wrong problem: enable without verbsPorts on a profile without an HCA)."""
+    from nodeforge.collection import model
+
+    problems = scale.config_problems({"lab": {"verbsRdma": "maybe"}}, "lab", model.profiles()["lab"]["hcas"], "lab")
+    assert [(path, found) for path, found, _ in problems] == [("scale_client_config.lab.verbsRdma", "'maybe'")]
+
+
+def test_mmlscluster_keeps_a_value_holding_a_colon_whole():
+    text = MMLSCLUSTER_DOC.replace("command:      /usr/bin/ssh", "command:      /opt/ssh:wrap")
+    assert text != MMLSCLUSTER_DOC
+    assert scale.parse_mmlscluster(text)["remote_shell"] == "/opt/ssh:wrap"

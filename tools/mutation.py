@@ -18,7 +18,7 @@ each mutant against those tests only, two at a time. This script then prints the
 surviving mutant that docs/testing.md does not list as equivalent (tools/mutation_equivalent.txt holds their
 names, one per line with the reason after a '#').
 
-Usage: python tools/mutation.py [--module NAME ...] [--max-children N] [--report-only]
+Usage: python tools/mutation.py [--module NAME ...] [--max-children N] [--report-only] [--resume [MUTANT ...]]
 """
 
 from __future__ import annotations
@@ -73,20 +73,30 @@ def module_of(mutant: str) -> str:
     return mutant.split(".x")[0].rsplit(".", 1)[-1] if ".x" in mutant else mutant.rsplit(".", 2)[-2]
 
 
+# Appended to the staged tests/conftest.py: mutmut runs a mutant's tests with -x in no particular order, so a slow
+# test that passes (the damaged-output sweep of test_acceptance: 6 s) ran before the quick one that kills the mutant.
+# Fastest first, by the durations mutmut recorded, a killed mutant costs its quickest failing test.
+ORDER_HOOK = """
+
+# ---- added by tools/mutation.py (the staged copy only) ----
+_ordered_by_the_repository = pytest_collection_modifyitems
+
+
+def pytest_collection_modifyitems(items):
+    _ordered_by_the_repository(items)
+    for stats in (Path("mutmut-stats.json"), Path("mutants/mutmut-stats.json")):
+        if stats.exists():
+            durations = json.loads(stats.read_text()).get("duration_by_test", {})
+            items.sort(key=lambda item: durations.get(item.nodeid.removeprefix("mutants/"), 0.0))
+            return
+"""
+
+
 def stage(modules: list[str]) -> None:
     if STAGE.exists():
         shutil.rmtree(STAGE)
     (STAGE / "src").mkdir(parents=True)
-    shutil.copytree(REPO / "collections" / COLLECTION, STAGE / "src" / COLLECTION, symlinks=True)
-    shutil.copytree(REPO / "src" / "nodeforge", STAGE / "src" / "nodeforge", symlinks=True)
-    # mutmut copies files, not the links of nodeforge/content: the staged package and its copy in mutants/ get them
-    # here (mutmut leaves a path it finds in mutants/ as it is).
-    for content in (STAGE / "src/nodeforge/content", STAGE / "mutants/src/nodeforge/content"):
-        content.mkdir(parents=True, exist_ok=True)
-        for link in ("collections", "containers", "inventories", "lab"):
-            (content / link).unlink(missing_ok=True)
-            (content / link).symlink_to("../.." if link == "collections" else REPO / link)
-    shutil.copytree(REPO / "tests", STAGE / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    sync()
     pytest_settings = _pytest_settings()
     config = [
         "[tool.mutmut]",
@@ -112,6 +122,26 @@ def stage(modules: list[str]) -> None:
     for link in ("roles", "playbooks"):
         (mutants / link).symlink_to(f"src/{COLLECTION}/{link}")
     (mutants / "build").mkdir()
+
+
+def sync() -> None:
+    """The collection, the CLI package and the tests, copied into the staging project as they stand now (a resumed
+    run: mutmut makes new mutants of what changed and keeps the verdicts of the functions that did not)."""
+    for copy in (STAGE / "src" / COLLECTION, STAGE / "src" / "nodeforge", STAGE / "tests"):
+        if copy.exists():
+            shutil.rmtree(copy)
+    shutil.copytree(REPO / "collections" / COLLECTION, STAGE / "src" / COLLECTION, symlinks=True)
+    shutil.copytree(REPO / "src" / "nodeforge", STAGE / "src" / "nodeforge", symlinks=True)
+    # mutmut copies files, not the links of nodeforge/content: the staged package and its copy in mutants/ get them
+    # here (mutmut leaves a path it finds in mutants/ as it is).
+    for content in (STAGE / "src/nodeforge/content", STAGE / "mutants/src/nodeforge/content"):
+        content.mkdir(parents=True, exist_ok=True)
+        for link in ("collections", "containers", "inventories", "lab"):
+            (content / link).unlink(missing_ok=True)
+            (content / link).symlink_to("../.." if link == "collections" else REPO / link)
+    shutil.copytree(REPO / "tests", STAGE / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    conftest = STAGE / "tests" / "conftest.py"
+    conftest.write_text(conftest.read_text() + ORDER_HOOK)
 
 
 def _pytest_settings() -> str:
@@ -199,14 +229,30 @@ def main() -> int:
     parser.add_argument("--module", action="append", choices=DECISION_MODULES + CLI_MODULES)
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--report-only", action="store_true", help="print the last run's table again")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the last run (stopped, or its code and tests changed since): the same modules, the verdicts "
+        "of unchanged functions kept; with NAME arguments, run those mutants again (their survivors, after new tests)",
+    )
+    parser.add_argument("names", nargs="*", help="with --resume: mutants to run again (mutmut's names or globs)")
     args = parser.parse_args()
+    if args.names and not args.resume:
+        parser.error("mutant names go with --resume")
+    if args.resume and not (STAGE / "mutants").exists():
+        parser.error(f"--resume: no run to go on with in {STAGE.relative_to(REPO)}")
     if not args.report_only:
-        stage(args.module or DECISION_MODULES + CLI_MODULES)
+        if args.resume:
+            sync()
+        else:
+            stage(args.module or DECISION_MODULES + CLI_MODULES)
         # The fast suite needs no package cache (only molecule and the lab fetch packages): without this, pytest's
         # configure in each mutant's fork would start and stop it, waiting on its lock.
         env = {**os.environ, "NODEFORGE_APT_CACHE": "0"}
         run = subprocess.run(
-            [str(REPO / ".venv/bin/mutmut"), "run", "--max-children", str(args.max_children)], cwd=STAGE, env=env
+            [str(REPO / ".venv/bin/mutmut"), "run", "--max-children", str(args.max_children), *args.names],
+            cwd=STAGE,
+            env=env,
         )
         if run.returncode:
             print(f"mutmut run failed (exit {run.returncode})", file=sys.stderr)

@@ -594,7 +594,7 @@ def gpu_operator_values(cluster: Cluster) -> dict:
 def file_name(obj: Mapping[str, Any]) -> str:
     """A stable, unique file name per object: kind, namespace, name."""
     meta = obj["metadata"]
-    parts = [obj["kind"].lower(), meta.get("namespace", ""), meta["name"]]
+    parts = [obj["kind"], meta.get("namespace"), meta["name"]]  # a cluster-scoped object has no namespace part
     return "-".join(re.sub(r"[^a-z0-9.-]+", "-", p.lower()) for p in parts if p) + ".yaml"
 
 
