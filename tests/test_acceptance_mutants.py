@@ -269,3 +269,12 @@ def test_a_port_cut_short_is_refused_naming_what_it_lacks(parser, text, tool, me
     with pytest.raises(ParseError) as refused:
         parser(text)
     assert (refused.value.tool, refused.value.message, refused.value.line.strip()) == (tool, message, line.strip())
+
+
+def test_a_parsed_diagnostic_without_messages_is_judged_not_refused():
+    """A result parsed once and handed to an evaluator again: a passing diagnostic has no messages, which is no damaged
+    result."""
+    diag = acceptance.dcgmi_diag(output("dcgmi-diag-r1-pass.txt"))
+    assert diag["messages"] == []
+    assert acceptance.evaluate_dcgm_diag(diag) == acceptance.evaluate_dcgm_diag(output("dcgmi-diag-r1-pass.txt"))
+    assert acceptance.evaluate_dcgm_diag(diag)["status"] == "pass"

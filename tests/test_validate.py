@@ -754,7 +754,8 @@ def test_the_recorded_gpu_report_follows_from_its_raw_outputs():
     node = {"in_container": True, "selinux_store": None, "te_versions": {}}
     probes = {"all": (where / "probes-h200.txt").read_text()}
     perf = {"ib_write_bw", "nccl_busbw", "nccl_latency", "dcgm_diag"}
-    judged = [r for r in validate.evaluate(probes, exp, node, {"enabled": False}) if r["check"] not in perf]
+    results = validate.evaluate(probes, exp, node, {"enabled": False}, "gpu-node-01")
+    judged = [r for r in results if r["check"] not in perf]
     assert judged == [r for r in recorded if r["check"] not in perf]
     assert [r["check"] for r in recorded if r["status"] == "pass"] == [
         "driver_flavor",

@@ -101,7 +101,7 @@ def _nvrm_id_and_version(line: str) -> tuple[str, str] | None:
     found = _NVRM_VERSION.search(line, module.end())
     if not found:
         return None
-    return line[head.end() : found.start()].rstrip(), found["version"]
+    return line[head.end() : found.start()], found["version"]  # the ID with the blanks before the version
 
 
 def nvidia_driver_version(output: object) -> dict:

@@ -635,7 +635,7 @@ def perf_checks(perf: Mapping, exp: Mapping, host: str) -> list[dict]:
 # Everything
 
 
-def evaluate(probes: Mapping[str, Any], exp: Mapping, node: Mapping, perf: Mapping, host: str = "") -> list[dict]:
+def evaluate(probes: Mapping[str, Any], exp: Mapping, node: Mapping, perf: Mapping, host: str) -> list[dict]:
     """Every check of one node. probes: {driver, rdma, runtime: each probe's stdout}; node: {in_container,
     selinux_store, te_versions}; perf: see perf_checks."""
     parsed: dict[str, dict] = {}
