@@ -278,3 +278,88 @@ def test_a_parsed_diagnostic_without_messages_is_judged_not_refused():
     assert diag["messages"] == []
     assert acceptance.evaluate_dcgm_diag(diag) == acceptance.evaluate_dcgm_diag(output("dcgmi-diag-r1-pass.txt"))
     assert acceptance.evaluate_dcgm_diag(diag)["status"] == "pass"
+
+
+# ---- memlock, OFED and peer memory: a value handed over already read, and output that cannot be read ---------------
+
+
+@pytest.mark.parametrize(
+    ("limit", "reason"),
+    [
+        (8388608, "LimitMEMLOCK is 8388608 bytes, not unlimited"),  # systemd's default, 8 MiB
+        (0, "LimitMEMLOCK is 0 bytes, not unlimited"),
+        (2**64 - 1, f"LimitMEMLOCK is {2**64 - 1} bytes, not unlimited"),
+    ],
+)
+def test_evaluate_memlock_of_a_limit_in_bytes(limit, reason):
+    """systemd_memlock's own answer, handed to the evaluator again (the playbook reads once, judges per service)."""
+    assert acceptance.evaluate_memlock(limit, "containerd") == acceptance.check_result(
+        "memlock[containerd]", "fail", limit, "infinity", reason, "bytes"
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "message", "line"),
+    [
+        # Beyond systemd's 64 bits, below 0, or a YAML yes: no limit systemd can print, and no output either.
+        (2**64, "expected the command's output as text, got int", str(2**64)),
+        (-1, "expected the command's output as text, got int", "-1"),
+        (True, "expected the command's output as text, got bool", "True"),
+        ("", "no output", ""),
+        ("LoadState=not-found\nLimitMEMLOCK=8388608\n", "the unit does not exist", "LoadState=not-found"),
+        ("LimitNOFILE=1024\nLimitCORE=0\n", "no LimitMEMLOCK= line", "LimitNOFILE=1024"),
+    ],
+)
+def test_evaluate_memlock_of_output_it_cannot_read(output, message, line):
+    result = acceptance.evaluate_memlock(output)
+    shown = line or "(empty output)"
+    assert result == acceptance.check_result(
+        "memlock",
+        "fail",
+        None,
+        "infinity",
+        f"systemctl show -p LimitMEMLOCK output could not be read: {message}; line: {shown}",
+    )
+
+
+def test_evaluate_memlock_of_infinity_passes_with_no_reason():
+    assert acceptance.evaluate_memlock("LimitMEMLOCK=infinity\n", "crio") == acceptance.check_result(
+        "memlock[crio]", "pass", "infinity", "infinity", ""
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "message", "line"),
+    [
+        ("", "no output (is OFED installed?)", "(empty output)"),
+        ("bash: ofed_info: command not found\n", "not an OFED version line", "bash: ofed_info: command not found"),
+    ],
+)
+def test_evaluate_ofed_of_output_it_cannot_read(output, message, line):
+    assert acceptance.evaluate_ofed(output, "24.10-1.1.4") == acceptance.check_result(
+        "ofed_version", "fail", None, "24.10-1.1.4", f"ofed_info -s output could not be read: {message}; line: {line}"
+    )
+
+
+def test_evaluate_ofed_measures_the_version_and_shows_the_line():
+    assert acceptance.evaluate_ofed("OFED-internal-24.10-1.1.4:\n", "24.10") == acceptance.check_result(
+        "ofed_version", "pass", "24.10-1.1.4", "24.10", "OFED-internal-24.10-1.1.4:"
+    )
+    assert acceptance.evaluate_ofed("MLNX_OFED_LINUX-4.7-3.2.9.0:\n", "24.10") == acceptance.check_result(
+        "ofed_version", "fail", "4.7-3.2.9.0", "24.10", "MLNX_OFED_LINUX-4.7-3.2.9.0:"
+    )
+    for pinned in (None, ""):
+        assert acceptance.evaluate_ofed("OFED-internal-24.10-1.1.4:\n", pinned) == acceptance.not_applicable(
+            "ofed_version", "no OFED version pinned (inbox RDMA stack)"
+        )
+
+
+def test_evaluate_memory_peers_of_no_client_names_the_version_it_wanted():
+    assert acceptance.evaluate_memory_peers("", "580.105.08") == acceptance.check_result(
+        "peer_memory",
+        "fail",
+        None,
+        "580.105.08",
+        "/sys/kernel/mm/memory_peers/*/version output could not be read: no peer memory client registered; "
+        "line: (empty output)",
+    )
