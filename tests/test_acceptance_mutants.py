@@ -363,3 +363,105 @@ def test_evaluate_memory_peers_of_no_client_names_the_version_it_wanted():
         "/sys/kernel/mm/memory_peers/*/version output could not be read: no peer memory client registered; "
         "line: (empty output)",
     )
+
+
+# ---- dcgmi diag: messages of every kind, results judged, a damaged table refused naming its line ------------------
+
+ROW = "| {:<25} | {:<46} |".format
+BORDER = "+---------------------------+------------------------------------------------+"
+DCGM_HEAD = [
+    "Successfully ran diagnostic for group.",
+    BORDER,
+    ROW("Diagnostic", "Result"),
+    "+===========================+================================================+",
+    "|-----  Metadata  ----------+------------------------------------------------|",
+    ROW("DCGM Version", "3.3.9"),
+    ROW("", "(a metadata row without a name)"),
+    "|-----  Deployment  --------+------------------------------------------------|",
+]
+DCGM_LEVEL_THREE = [
+    ROW("Denylist", "Pass"),
+    ROW("Persistence Mode", "Fail"),
+    ROW("Error", "Persistence mode for GPU 3 is disabled. Enabl"),
+    ROW("", "e it with nvidia-smi -pm 1."),
+    ROW("Info", "GPU 3 was reset at boot."),
+    ROW("Environment Variables", "Pass"),
+    ROW("", "CUDA_VISIBLE_DEVICES is not set."),
+    "|-----  Stress  ------------+------------------------------------------------|",
+    ROW("Memory Bandwidth", "Fail - GPU: 3"),
+    ROW("Warning", "GPU 3 reached 1200 GB/s of 2000 GB/s."),
+    ROW("Targeted Power", "Skip"),
+    BORDER,
+]
+
+
+def test_dcgmi_diag_reads_every_message_kind_and_its_test():
+    diag = acceptance.dcgmi_diag("\n".join(DCGM_HEAD + DCGM_LEVEL_THREE) + "\n")
+    assert diag == {
+        "metadata": {"DCGM Version": "3.3.9"},
+        "tests": {
+            "Denylist": "Pass",
+            "Persistence Mode": "Fail",
+            "Environment Variables": "Pass",
+            "Memory Bandwidth": "Fail - GPU: 3",
+            "Targeted Power": "Skip",
+        },
+        "messages": [
+            {
+                "test": "Persistence Mode",
+                "kind": "Error",
+                "text": "Persistence mode for GPU 3 is disabled. Enable it with nvidia-smi -pm 1.",
+            },
+            {"test": "Persistence Mode", "kind": "Info", "text": "GPU 3 was reset at boot."},
+            {"test": "Environment Variables", "kind": "Detail", "text": "CUDA_VISIBLE_DEVICES is not set."},
+            {"test": "Memory Bandwidth", "kind": "Warning", "text": "GPU 3 reached 1200 GB/s of 2000 GB/s."},
+        ],
+        "passed": False,
+    }
+    # The reason: every failed test, then the messages of the failed tests that are not Info.
+    assert acceptance.evaluate_dcgm_diag("\n".join(DCGM_HEAD + DCGM_LEVEL_THREE)) == acceptance.check_result(
+        "dcgm_diag",
+        "fail",
+        "Fail",
+        "Pass",
+        "failed: Persistence Mode, Memory Bandwidth (Persistence Mode: Persistence mode for GPU 3 is disabled. Enable "
+        "it with nvidia-smi -pm 1.; Memory Bandwidth: GPU 3 reached 1200 GB/s of 2000 GB/s.)",
+    )
+
+
+def test_evaluate_dcgm_diag_of_a_failed_test_without_messages_says_only_which():
+    rows = [ROW("Denylist", "Pass"), ROW("Inforom", "Fail"), BORDER]
+    assert acceptance.evaluate_dcgm_diag("\n".join(DCGM_HEAD + rows)) == acceptance.check_result(
+        "dcgm_diag", "fail", "Fail", "Pass", "failed: Inforom"
+    )
+    passed = [ROW("Denylist", "Pass"), ROW("Inforom", "Skip"), BORDER]
+    assert acceptance.evaluate_dcgm_diag("\n".join(DCGM_HEAD + passed)) == acceptance.check_result(
+        "dcgm_diag", "pass", "Pass", "Pass", "2 tests passed or skipped"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "message", "line"),
+    [
+        (["Error: unable to establish a connection to the specified host: localhost"], "the diagnostic did not run",
+         "Error: unable to establish a connection to the specified host: localhost"),
+        ([], "the diagnostic did not run", ""),
+        ([*DCGM_HEAD, ROW("Denylist", "Pass")[:-1], BORDER], "not a table row", ROW("Denylist", "Pass")[:-1]),
+        ([*DCGM_HEAD, "x" + ROW("Denylist", "Pass"), BORDER], "not a table row", "x" + ROW("Denylist", "Pass")),
+        ([*DCGM_HEAD, ROW("Denylist", "Pass") + "x|", BORDER], "not a table row", ROW("Denylist", "Pass") + "x|"),
+        ([*DCGM_HEAD, ROW("", "Persistence mode for GPU 3 is disabled."), BORDER],
+         "a continuation row before any test", ROW("", "Persistence mode for GPU 3 is disabled.")),
+        ([*DCGM_HEAD, ROW("Denylist", ""), BORDER], "Denylist without a result", ROW("Denylist", "")),
+        ([*DCGM_HEAD, BORDER], "no test results", BORDER),
+        ([*DCGM_HEAD, ROW("Denylist", "Pass"), ROW("Inforom", "Pass")], "the table ends without its closing border",
+         ROW("Inforom", "Pass")),
+    ],
+)  # fmt: skip
+def test_a_damaged_diagnostic_is_refused_naming_the_line(lines, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.dcgmi_diag("\n".join(lines))
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("dcgmi diag", message, line)
+    shown = line or "(empty output)"
+    assert acceptance.evaluate_dcgm_diag("\n".join(lines)) == acceptance.check_result(
+        "dcgm_diag", "fail", None, "Pass", f"dcgmi diag output could not be read: {message}; line: {shown}"
+    )
