@@ -465,3 +465,66 @@ def test_a_damaged_diagnostic_is_refused_naming_the_line(lines, message, line):
     assert acceptance.evaluate_dcgm_diag("\n".join(lines)) == acceptance.check_result(
         "dcgm_diag", "fail", None, "Pass", f"dcgmi diag output could not be read: {message}; line: {shown}"
     )
+
+
+@pytest.mark.parametrize(
+    ("output", "message", "line"),
+    [
+        ("LimitMEMLOCK=1=2\n", "LimitMEMLOCK is not an integer ('1=2')", "LimitMEMLOCK=1=2"),
+        # --value prints the value alone, on one line; two bare lines are not that.
+        ("8388608\n8388608\n", "no LimitMEMLOCK= line", "8388608"),
+        ("LimitNOFILE=524288\n", "no LimitMEMLOCK= line", "LimitNOFILE=524288"),
+        ("  \n", "no output", ""),
+    ],
+)
+def test_systemd_memlock_refuses_naming_the_line(output, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.systemd_memlock(output)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "systemctl show -p LimitMEMLOCK",
+        message,
+        line,
+    )
+
+
+def test_systemd_memlock_reads_the_value_form():
+    assert acceptance.systemd_memlock("infinity\n") == "infinity"
+    assert acceptance.systemd_memlock("8388608\n") == 8388608
+
+
+@pytest.mark.parametrize(
+    ("output", "message", "line"),
+    [
+        # grep's PATH:VERSION form starts with the path; anything else is the version alone.
+        ("nv_mem:580.105.08\n", "not a version", "nv_mem:580.105.08"),
+        ("/sys/kernel/mm/memory_peers/nv_mem/version:580.105.08\n/sys/kernel/mm/memory_peers/nv_mem_nc/version:1.0-9\n",
+         "peer memory clients of different versions (580.105.08, 1.0-9)",
+         "/sys/kernel/mm/memory_peers/nv_mem_nc/version:1.0-9"),
+        ("\n", "no peer memory client registered", ""),
+    ],
+)  # fmt: skip
+def test_memory_peers_version_refuses_naming_the_line(output, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.memory_peers_version(output)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "/sys/kernel/mm/memory_peers/*/version",
+        message,
+        line,
+    )
+
+
+def test_module_license_of_no_output_is_refused_naming_modinfo():
+    with pytest.raises(ParseError) as refused:
+        acceptance.module_license_flavor("")
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "modinfo license",
+        "no license in the output",
+        "",
+    )
+
+
+def test_evaluate_driver_version_without_a_pin_says_so():
+    for pinned in (None, ""):
+        assert acceptance.evaluate_driver_version(
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Fri Oct  3 12:00:00 UTC 2025\n", pinned
+        ) == acceptance.not_applicable("driver_version", "no driver version pinned for this node")
