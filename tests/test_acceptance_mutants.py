@@ -528,3 +528,88 @@ def test_evaluate_driver_version_without_a_pin_says_so():
         assert acceptance.evaluate_driver_version(
             "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.261.03  Fri Oct  3 12:00:00 UTC 2025\n", pinned
         ) == acceptance.not_applicable("driver_version", "no driver version pinned for this node")
+
+
+# ---- NCCL's transport: the network, its devices, the channels over it, GPUDirect RDMA --------------------------------
+
+NCCL_PLUGIN = "node-1:30:30 [0] NCCL INFO NET/Plugin: Using internal network plugin."
+NCCL_IB = "node-1:30:30 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>"
+NCCL_SOCKET = "node-1:30:30 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"
+NCCL_CHANNEL = "node-1:30:39 [{gpu}] NCCL INFO Channel 0{gpu}/0 : 0[{gpu}] -> 8[{gpu}] [send] via NET/{net}"
+
+
+def nccl_log(*lines: str) -> str:
+    return "\n".join(lines) + "\n"
+
+
+def test_nccl_transport_counts_every_channel_and_the_ones_with_gpudirect_rdma():
+    log = nccl_log(
+        NCCL_PLUGIN,
+        NCCL_IB,
+        NCCL_IB.replace("node-1", "node-2"),  # the same devices, seen by another rank: listed once
+        NCCL_CHANNEL.format(gpu=0, net="IB/0/GDRDMA"),
+        NCCL_CHANNEL.format(gpu=1, net="IB/1/GDRDMA"),
+        NCCL_CHANNEL.format(gpu=2, net="IB/0"),
+    )
+    assert acceptance.nccl_transport(log) == {
+        "net": "IB",
+        "devices": ["mlx5_0:1/IB", "mlx5_1:1/IB"],
+        "connections": 3,
+        "gdrdma_connections": 2,
+        "gdrdma": True,
+    }
+    assert acceptance.evaluate_nccl_transport(log) == acceptance.check_result(
+        "nccl_transport",
+        "pass",
+        "NET/IB with GDRDMA",
+        "NET/IB with GDRDMA",
+        "NCCL used NET/IB with GDRDMA over mlx5_0:1/IB mlx5_1:1/IB",
+    )
+
+
+def test_nccl_transport_of_gpudirect_rdma_announced_without_a_channel_line():
+    log = nccl_log(NCCL_IB, "node-1:30:30 [0] NCCL INFO GPU Direct RDMA Enabled for HCA 0 'mlx5_0'")
+    assert acceptance.nccl_transport(log) == {
+        "net": "IB",
+        "devices": ["mlx5_0:1/IB", "mlx5_1:1/IB"],
+        "connections": 0,
+        "gdrdma_connections": 0,
+        "gdrdma": True,
+    }
+    assert acceptance.nccl_transport(nccl_log(NCCL_PLUGIN))["net"] is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "require_gdrdma", "result"),
+    [
+        ([NCCL_IB, NCCL_CHANNEL.format(gpu=0, net="IB/0")], True,
+         ("fail", "NET/IB", "NET/IB with GDRDMA",
+          "NCCL used NET/IB over mlx5_0:1/IB mlx5_1:1/IB without GPUDirect RDMA")),
+        ([NCCL_IB, NCCL_CHANNEL.format(gpu=0, net="IB/0")], False,
+         ("pass", "NET/IB", "NET/IB", "NCCL used NET/IB over mlx5_0:1/IB mlx5_1:1/IB")),
+        ([NCCL_SOCKET, NCCL_CHANNEL.format(gpu=0, net="Socket/0")], True,
+         ("fail", "NET/Socket", "NET/IB with GDRDMA", "NCCL used NET/Socket over eth0:10.0.0.1<0>, not InfiniBand")),
+        # A channel line alone names the network, with no device list.
+        ([NCCL_CHANNEL.format(gpu=0, net="IB/0")], False, ("pass", "NET/IB", "NET/IB", "NCCL used NET/IB")),
+        ([NCCL_CHANNEL.format(gpu=0, net="Socket/0")], False,
+         ("fail", "NET/Socket", "NET/IB", "NCCL used NET/Socket, not InfiniBand")),
+        ([NCCL_PLUGIN, "node-1:30:30 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"], True,
+         ("fail", None, "NET/IB with GDRDMA", "no NET/ line in the NCCL log (run with NCCL_DEBUG=INFO)")),
+    ],
+)  # fmt: skip
+def test_evaluate_nccl_transport_says_what_nccl_used(lines, require_gdrdma, result):
+    status, measured, expected, reason = result
+    assert acceptance.evaluate_nccl_transport(nccl_log(*lines), require_gdrdma) == acceptance.check_result(
+        "nccl_transport", status, measured, expected, reason
+    )
+
+
+def test_evaluate_nccl_transport_of_no_log_names_the_reader():
+    assert acceptance.evaluate_nccl_transport(42) == acceptance.check_result(
+        "nccl_transport",
+        "fail",
+        None,
+        "NET/IB with GDRDMA",
+        "nccl_transport output could not be read: neither the command's output (text, lines or bytes) nor a "
+        "nccl_transport result: a value of type int; line: 42",
+    )

@@ -904,7 +904,7 @@ def _read(data: object, parser: Callable) -> object:
     if _RESULT_SHAPES[parser](data):
         return data
     what = f"neither the command's output (text, lines or bytes) nor a {parser.__name__} result"
-    raise ParseError(parser.__name__, f"{what}, a {type(data).__name__}", shown(data))
+    raise ParseError(parser.__name__, f"{what}: a value of type {type(data).__name__}", shown(data))
 
 
 def _version_matches(measured: str, expected: str) -> bool:
