@@ -613,3 +613,73 @@ def test_evaluate_nccl_transport_of_no_log_names_the_reader():
         "nccl_transport output could not be read: neither the command's output (text, lines or bytes) nor a "
         "nccl_transport result: a value of type int; line: 42",
     )
+
+
+# ---- ibstatus, the driver's flavor, ib_write_bw: refusals and verdicts word for word --------------------------------
+
+PORT = (
+    "\tstate:\t\t 4: ACTIVE\n\tphys state:\t 5: LinkUp\n\trate:\t\t 100 Gb/sec (4X EDR)\n\tlink_layer:\t InfiniBand\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        ("\tstate:\t\t 4: ACTIVE\n" + HEAD, "output does not start with an 'Infiniband device' line",
+         "\tstate:\t\t 4: ACTIVE"),
+        (HEAD + "\tstate 4 ACTIVE\n", "not a port status line", "\tstate 4 ACTIVE"),
+        (HEAD + "\tspeed:\t\t EDR\n", "not a port status line", "\tspeed:\t\t EDR"),
+        (HEAD + "\trate:\t\t \n", "rate without a value", "\trate:\t\t "),
+        # A port cut short, then the next port: the error is the first port's, at its last line.
+        (HEAD + "\tstate:\t\t 4: ACTIVE\n" + HEAD.replace("mlx5_0", "mlx5_1") + PORT,
+         "mlx5_0 port 1 ends without phys_state, rate, link_layer", "\tstate:\t\t 4: ACTIVE"),
+        (HEAD + PORT + HEAD.replace("mlx5_0", "mlx5_1"), "mlx5_1 port 1 ends without state, phys_state, rate, "
+         "link_layer", HEAD.replace("mlx5_0", "mlx5_1").rstrip("\n")),
+    ],
+)  # fmt: skip
+def test_ibstatus_refuses_naming_the_line(text, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.ibstatus(text)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("ibstatus", message, line)
+
+
+def test_ibstatus_reads_two_ports_in_order():
+    ports = acceptance.ibstatus(HEAD + PORT + HEAD.replace("mlx5_0", "mlx5_1") + PORT.replace("100 Gb", "200 Gb"))
+    assert [(p["ca"], p["port"], p["rate_gbps"]) for p in ports] == [("mlx5_0", 1, 100.0), ("mlx5_1", 1, 200.0)]
+    assert acceptance.ibstatus("") == []
+
+
+LICENSE_PROPRIETARY = "license:        NVIDIA\n"
+NVRM_OPEN = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  535.261.03  Release Build  (dvs-builder@U16)\n"
+
+
+@pytest.mark.parametrize(
+    ("license_output", "expected", "version_output", "result"),
+    [
+        (None, None, None, ("na", None, None, "no driver flavor configured for this node")),
+        ("", "open", None, ("fail", None, "open", "modinfo license output could not be read: no license in the "
+                            "output; line: (empty output)")),
+        # A flavor already read (the role's fact) is taken as it is.
+        ("proprietary", "open", None, ("fail", "proprietary", "open", "proprietary modules loaded, expected open")),
+        ("open", "open", None, ("pass", "open", "open", "open kernel modules")),
+        (LICENSE_PROPRIETARY, "proprietary", NVRM_OPEN, ("fail", "proprietary", "proprietary",
+                                                         "the module license says proprietary, its ID line says open")),
+    ],
+)  # fmt: skip
+def test_evaluate_driver_flavor_word_for_word(license_output, expected, version_output, result):
+    status, measured, expected_flavor, reason = result
+    got = acceptance.evaluate_driver_flavor(license_output, expected, version_output)
+    assert got == acceptance.check_result("driver_flavor", status, measured, expected_flavor, reason)
+
+
+def test_evaluate_ib_write_bw_without_a_floor_or_a_report():
+    assert acceptance.evaluate_ib_write_bw(output("ib-write-bw-redbook-004.txt"), None) == acceptance.not_applicable(
+        "ib_write_bw", "no RDMA bandwidth threshold set"
+    )
+    assert acceptance.evaluate_ib_write_bw("", 11250) == acceptance.check_result(
+        "ib_write_bw",
+        "fail",
+        None,
+        11250.0,
+        "ib_write_bw output could not be read: no bandwidth report; line: (empty output)",
+    )
