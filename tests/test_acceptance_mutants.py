@@ -683,3 +683,62 @@ def test_evaluate_ib_write_bw_without_a_floor_or_a_report():
         11250.0,
         "ib_write_bw output could not be read: no bandwidth report; line: (empty output)",
     )
+
+
+# ---- ib_write_bw: each column refused by name, a table cut short, the unmeasured clock ------------------------------
+
+IB_HEADER = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
+IB_RULE = "---------------------------------------------------------------------------------------"
+IB_ROW = " 65536      5000           11300.40           11264.11             0.180226"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (IB_ROW.replace("65536", "64K"), "#bytes is not an integer ('64K')"),
+        (IB_ROW.replace("5000", "5e3"), "#iterations is not an integer ('5e3')"),
+        (IB_ROW.replace("11300.40", "11300,40"), "BW peak is not a number ('11300,40')"),
+        (IB_ROW.replace("11264.11", "n/a"), "BW average is not a number ('n/a')"),
+        (IB_ROW.replace("0.180226", "0.18Mpps"), "MsgRate is not a number ('0.18Mpps')"),
+        (" 65536      5000           11300.40", "a result row with fewer than 5 columns"),
+    ],
+)
+def test_ib_write_bw_refuses_a_damaged_row_naming_its_column(row, message):
+    with pytest.raises(ParseError) as refused:
+        acceptance.ib_write_bw("\n".join([IB_RULE, IB_HEADER, row, IB_RULE]))
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("ib_write_bw", message, row)
+
+
+@pytest.mark.parametrize(
+    ("lines", "message", "line"),
+    [
+        (["Couldn't connect to 10.77.1.1:18515", ""], "no bandwidth report", "Couldn't connect to 10.77.1.1:18515"),
+        ([IB_RULE, IB_HEADER, IB_RULE, IB_ROW], "the report has a header and no result", IB_HEADER),
+        ([IB_RULE, IB_HEADER, "", IB_RULE.replace("-", "_")], "the report has a header and no result", IB_HEADER),
+    ],
+)
+def test_ib_write_bw_refuses_a_report_without_a_result(lines, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.ib_write_bw("\n".join(lines))
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("ib_write_bw", message, line)
+
+
+def test_ib_write_bw_of_an_unmeasured_clock_is_refused_naming_perftest_s_line():
+    with pytest.raises(ParseError) as refused:
+        acceptance.ib_write_bw(output("ib-write-bw-soft-roce-tcg-clock-unmeasured.txt"))
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "ib_write_bw",
+        "perftest could not measure the CPU clock it times the transfer with (r^2 0.825887 < 0.9: a busy or emulated "
+        "CPU), so its 0.00 is no measurement",
+        "Correlation coefficient r^2: 0.825887 < 0.9",
+    )
+
+
+def test_hca_ports_of_no_output_names_both_readers():
+    with pytest.raises(ParseError) as refused:
+        acceptance.hca_ports(42)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "ibstat/ibstatus",
+        "expected the command's output as text, got int",
+        "42",
+    )
