@@ -742,3 +742,51 @@ def test_hca_ports_of_no_output_names_both_readers():
         "expected the command's output as text, got int",
         "42",
     )
+
+
+# ---- ibstat: a CA and its ports, and each way its output is refused --------------------------------------------------
+
+IBSTAT_CA = "CA 'mlx5_0'\n\tCA type: MT4115\n\tNumber of ports: {ports}\n\tFirmware version: 12.28.2006\n"
+IBSTAT_PORT = (
+    "\tPort {port}:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 100\n\t\tBase lid: 11\n"
+    "\t\tLink layer: InfiniBand\n"
+)
+
+
+def test_ibstat_reads_a_dual_port_ca_and_its_ports_in_order():
+    text = IBSTAT_CA.format(ports=2) + IBSTAT_PORT.format(port=1) + IBSTAT_PORT.format(port=2).replace("Active", "Down")
+    ports = acceptance.ibstat(text)
+    assert [(p["ca"], p["port"], p["state"], p["phys_state"]) for p in ports] == [
+        ("mlx5_0", 1, "ACTIVE", "LinkUp"),
+        ("mlx5_0", 2, "DOWN", "LinkUp"),
+    ]
+    # A CA may show one port more than it declares (the Redbook's ConnectX with its virtual port): still read.
+    assert len(acceptance.ibstat(IBSTAT_CA.format(ports=1) + text[text.index("\tPort 1:") :])) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        ("\tState: Active\n", "output does not start with a CA", "\tState: Active"),
+        (IBSTAT_CA.format(ports=1) + "\tPort one:\n", "unknown CA field 'Port one'", "\tPort one:"),
+        (IBSTAT_CA.format(ports=1) + "\tmlx5_0 is down\n", "not a 'key: value' line", "\tmlx5_0 is down"),
+        (IBSTAT_CA.format(ports="1 (2 virtual)"), "the number of ports is not an integer ('1 (2 virtual)')",
+         "\tNumber of ports: 1 (2 virtual)"),
+        (IBSTAT_CA.format(ports=1) + "\tVendor: Mellanox\n", "unknown CA field 'Vendor'", "\tVendor: Mellanox"),
+        (IBSTAT_CA.format(ports=1) + IBSTAT_PORT.format(port=1).replace("State: Active", "State: Sleeping"),
+         "unknown port state 'Sleeping'", "\t\tState: Sleeping"),
+        (IBSTAT_CA.format(ports=1) + IBSTAT_PORT.format(port=1).replace("LinkUp", "Linked"),
+         "unknown physical state 'Linked'", "\t\tPhysical state: Linked"),
+        # Ports declared and shown disagree, or none is shown: the CA's line is named.
+        (IBSTAT_CA.format(ports=4) + IBSTAT_PORT.format(port=1), "mlx5_0 declares 4 ports and shows 1", "CA 'mlx5_0'"),
+        (IBSTAT_CA.format(ports=1), "mlx5_0 declares 1 ports and shows 0", "CA 'mlx5_0'"),
+        (IBSTAT_CA.format(ports=1) + "".join(IBSTAT_PORT.format(port=p) for p in (1, 2, 3)),
+         "mlx5_0 declares 1 ports and shows 3", "CA 'mlx5_0'"),
+        (IBSTAT_CA.format(ports=2) + IBSTAT_PORT.format(port=1) + IBSTAT_CA.format(ports=1).replace("mlx5_0", "mlx5_1")
+         + IBSTAT_PORT.format(port=1), "mlx5_0 declares 2 ports and shows 1", "CA 'mlx5_0'"),
+    ],
+)  # fmt: skip
+def test_ibstat_refuses_naming_the_line(text, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.ibstat(text)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("ibstat", message, line)
