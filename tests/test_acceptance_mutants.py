@@ -790,3 +790,111 @@ def test_ibstat_refuses_naming_the_line(text, message, line):
     with pytest.raises(ParseError) as refused:
         acceptance.ibstat(text)
     assert (refused.value.tool, refused.value.message, refused.value.line) == ("ibstat", message, line)
+
+
+# ---- evaluate_gpus: every check's verdict word for word --------------------------------------------------------------
+
+DGX1_SMI = output("nvidia-smi-query-gpu-dgx1.txt")
+
+
+def test_evaluate_gpus_against_a_profile_that_pins_nothing():
+    assert acceptance.evaluate_gpus(DGX1_SMI, None, "none", None) == [
+        acceptance.not_applicable("gpu_count", "no GPU count in the profile"),
+        acceptance.not_applicable("gpu_model", "no GPU model in the profile"),
+        acceptance.check_result("gpu_persistence", "pass", "8/8", "8/8"),
+        acceptance.not_applicable("gpu_ecc", "the profile does not set an ECC mode"),
+        acceptance.check_result("gpu_retired_pages", "pass", "8/8", "8/8"),
+        acceptance.not_applicable("gpu_remapped_rows", "no row remapper reported (before Ampere, or not queried)"),
+    ]
+
+
+def test_evaluate_gpus_of_gpus_that_report_nothing_and_of_ecc_unwanted():
+    na = "\n".join(f"{i}, NVIDIA A10, 00000000:0{i}:00.0, [N/A], [N/A], [N/A]" for i in range(2))
+    assert acceptance.evaluate_gpus(na, 2, "A10", True) == [
+        acceptance.check_result("gpu_count", "pass", 2, 2, "2 GPUs visible to nvidia-smi"),
+        acceptance.check_result("gpu_model", "pass", "NVIDIA A10", "A10", ""),
+        acceptance.not_applicable("gpu_persistence", "persistence mode not reported"),
+        acceptance.not_applicable("gpu_ecc", "these GPUs have no ECC ([N/A])"),
+        acceptance.not_applicable(
+            "gpu_retired_pages", "these GPUs do not retire pages ([N/A]; row remapping replaces it from Ampere on)"
+        ),
+        acceptance.not_applicable("gpu_remapped_rows", "no row remapper reported (before Ampere, or not queried)"),
+    ]
+    [ecc] = [r for r in acceptance.evaluate_gpus(DGX1_SMI, 8, "V100", False) if r["check"] == "gpu_ecc"]
+    assert ecc == acceptance.check_result("gpu_ecc", "fail", "0/8", "8/8", "GPU 0, 1, 2, 3, 4, 5, 6, 7: ECC enabled")
+
+
+def test_evaluate_gpus_names_every_model_that_is_not_the_profile_s():
+    mixed = "0, Tesla V100-SXM2-16GB, 00000000:06:00.0, Enabled, Enabled, No\n" + (
+        "1, NVIDIA A100-SXM4-40GB, 00000000:07:00.0, Enabled, Enabled, No\n"
+        "2, NVIDIA A10, 00000000:08:00.0, Enabled, Enabled, No\n"
+    )
+    [model] = [r for r in acceptance.evaluate_gpus(mixed, 3, "A100") if r["check"] == "gpu_model"]
+    assert model == acceptance.check_result(
+        "gpu_model",
+        "fail",
+        "NVIDIA A10, NVIDIA A100-SXM4-40GB, Tesla V100-SXM2-16GB",
+        "A100",
+        "NVIDIA A10, Tesla V100-SXM2-16GB is not a A100",
+    )
+
+
+def test_evaluate_gpus_merges_the_remapped_rows_by_bus_id():
+    """A failed remapping alone (pending [N/A]) is a failure; a GPU the remapped-rows query lacks keeps its own."""
+    fields = (*acceptance.GPU_QUERY_FIELDS, "remapped_rows.pending", "remapped_rows.failure")
+    smi = (
+        "4, NVIDIA H100 80GB HBM3, 00000000:18:00.0, Enabled, Enabled, [N/A], [N/A], [N/A]\n"
+        "7, NVIDIA H100 80GB HBM3, 00000000:2A:00.0, Enabled, Enabled, [N/A], [N/A], Yes\n"
+    )
+    gpus = acceptance.nvidia_smi_gpus(smi, fields)
+    rows = "00000000:18:00.0, [N/A], Yes\n"
+    [remap] = [r for r in acceptance.evaluate_gpus(gpus, 2, "H100", True, rows) if r["check"] == "gpu_remapped_rows"]
+    assert remap == acceptance.check_result(
+        "gpu_remapped_rows", "fail", "0/2", "2/2", "GPU 4, 7: row remapping pending or failed"
+    )
+
+
+def test_evaluate_hca_ports_finds_the_profile_s_port_and_says_what_is_wrong():
+    text = (
+        IBSTAT_CA.format(ports=2)
+        + IBSTAT_PORT.format(port=1)
+        + IBSTAT_PORT.format(port=2).replace("State: Active", "State: Down").replace("LinkUp", "Polling")
+    )
+    hcas = [
+        {"name": "mlx5_0", "port": 2, "rate_gbps": 100, "link_layer": "InfiniBand"},
+        {"name": "mlx5_0", "rate_gbps": 200, "link_layer": "Ethernet"},
+        {"name": "mlx5_3", "rate_gbps": 100, "link_layer": "InfiniBand"},
+    ]
+    assert acceptance.evaluate_hca_ports(text, hcas, "dgx-1") == [
+        acceptance.check_result(
+            "hca_port[mlx5_0]", "fail", "DOWN 100 Gb/s InfiniBand", "ACTIVE 100 Gb/s InfiniBand", "state DOWN (Polling)"
+        ),
+        acceptance.check_result(
+            "hca_port[mlx5_0]",
+            "fail",
+            "ACTIVE 100 Gb/s InfiniBand",
+            "ACTIVE 200 Gb/s Ethernet",
+            "rate 100.0 Gb/s, expected 200; link layer InfiniBand, expected Ethernet",
+        ),
+        acceptance.check_result(
+            "hca_port[mlx5_3]", "fail", None, "ACTIVE 100 Gb/s InfiniBand", "mlx5_3 port 1 not found"
+        ),
+    ]
+
+
+def test_evaluate_hca_ports_of_a_port_without_a_rate():
+    text = HEAD + "\tstate:\t\t 4: ACTIVE\n\tphys state:\t 5: LinkUp\n\trate:\t\t unknown\n\tlink_layer:\t Ethernet\n"
+    hcas = [{"name": "mlx5_0", "rate_gbps": 25, "link_layer": "Ethernet"}]
+    assert acceptance.evaluate_hca_ports(text, hcas) == [
+        acceptance.check_result(
+            "hca_port[mlx5_0]",
+            "fail",
+            "ACTIVE None Gb/s Ethernet",
+            "ACTIVE 25 Gb/s Ethernet",
+            "rate None Gb/s, expected 25",
+        )
+    ]
+    assert acceptance.evaluate_hca_ports(text, [], "lab") == [
+        acceptance.not_applicable("hca_ports", "no HCA in profile lab")
+    ]
+    assert acceptance.evaluate_hca_ports(text, None) == [acceptance.not_applicable("hca_ports", "no HCA in profile")]
