@@ -898,3 +898,72 @@ def test_evaluate_hca_ports_of_a_port_without_a_rate():
         acceptance.not_applicable("hca_ports", "no HCA in profile lab")
     ]
     assert acceptance.evaluate_hca_ports(text, None) == [acceptance.not_applicable("hca_ports", "no HCA in profile")]
+
+
+# ---- all_reduce_perf: each column and summary line refused by name; the verdicts of a run that cannot be judged -----
+
+NCCL_HEAD = "#  size  count  type  redop  root  time  algbw  busbw #wrong  time  algbw  busbw #wrong"
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        # A first column that is not a number is a line of NCCL's log, skipped; one of 31 digits is no size.
+        (NCCL_ROW.replace("268435456", "9" * 31), f"size is not an integer ('{'9' * 31}')"),
+        (NCCL_ROW.replace("67108864", "64M"), "count is not an integer ('64M')"),
+        (NCCL_ROW.replace("  -1  ", "  0x1  "), "root is not an integer ('0x1')"),
+        ("# Avg bus bandwidth    : fast", "Avg bus bandwidth is not a number ('fast')"),
+        ("# Avg bus bandwidth", "unreadable average bus bandwidth"),
+        ("# Out of bounds values : many OK", "unreadable out-of-bounds count"),
+    ],
+)
+def test_nccl_all_reduce_refuses_a_damaged_line_naming_it(line, message):
+    with pytest.raises(ParseError) as refused:
+        acceptance.nccl_all_reduce("\n".join([NCCL_HEAD, NCCL_ROW, line]) + "\n")
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("all_reduce_perf", message, line)
+
+
+def test_nccl_all_reduce_reads_a_root_and_the_summary():
+    row = NCCL_ROW.replace("  -1  ", "  3  ")
+    table = acceptance.nccl_all_reduce(
+        "\n".join([NCCL_HEAD, row, "# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 5.71 "]) + "\n"
+    )
+    assert (table["rows"][0]["root"], table["out_of_bounds"], table["avg_busbw"], table["complete"]) == (
+        3,
+        0,
+        5.71,
+        True,
+    )
+    with pytest.raises(ParseError) as refused:
+        acceptance.nccl_all_reduce("# nThread 1 nGpus 8\n" + NCCL_HEAD + "\n")
+    assert (refused.value.tool, refused.value.message, refused.value.line) == (
+        "all_reduce_perf",
+        "no result rows",
+        NCCL_HEAD,
+    )
+
+
+def test_nccl_all_reduce_reads_23_columns_timestamps_after_per_iteration_statistics():
+    tokens = NCCL_ROW.split()
+    wide = " ".join(
+        [*tokens[:9], "1.0", "2.0", "3.0", "4.0", *tokens[9:], "5.0", "6.0", "7.0", "8.0", "2025-11-24", "12:00"]
+    )
+    assert len(wide.split()) == 23
+    assert acceptance.nccl_all_reduce(wide)["rows"] == acceptance.nccl_all_reduce(NCCL_ROW)["rows"]
+
+
+@pytest.mark.parametrize("evaluate", [acceptance.evaluate_nccl_busbw, acceptance.evaluate_nccl_latency])
+def test_nccl_verdicts_of_a_run_that_cannot_be_judged(evaluate):
+    check = evaluate.__name__.removeprefix("evaluate_")
+    what = {"nccl_busbw": "bus bandwidth", "nccl_latency": "latency"}[check]
+    assert evaluate(NCCL_ROW, None) == acceptance.not_applicable(check, f"no NCCL {what} threshold set")
+    assert evaluate(NCCL_ROW, 5) == acceptance.check_result(
+        check, "fail", None, 5.0, "all_reduce_perf ended after the 268435456-byte row, without its summary"
+    )
+    wrong = "\n".join([NCCL_ROW, "# Out of bounds values : 3 FAILED", "# Avg bus bandwidth    : 5.71"])
+    assert evaluate(wrong, 5) == acceptance.check_result(
+        check, "fail", None, 5.0, "all_reduce_perf found 3 wrong values"
+    )
+    assert evaluate("", 5) == acceptance.check_result(
+        check, "fail", None, 5.0, "all_reduce_perf output could not be read: no result rows; line: (empty output)"
+    )
