@@ -967,3 +967,26 @@ def test_nccl_verdicts_of_a_run_that_cannot_be_judged(evaluate):
     assert evaluate("", 5) == acceptance.check_result(
         check, "fail", None, 5.0, "all_reduce_perf output could not be read: no result rows; line: (empty output)"
     )
+
+
+def test_nvidia_smi_fields_beyond_the_known_ones_and_a_header_with_units():
+    """A field the caller adds keeps its own name (dots as underscores); nvidia-smi's header names it with its unit."""
+    text = "index, memory.used [MiB], clocks.max.sm [MHz]\n0, 1024 MiB, 1980 MHz\n"
+    assert acceptance.nvidia_smi_gpus(text, ("index", "memory.used", "clocks.max.sm")) == [
+        {"index": 0, "memory_used": "1024 MiB", "clocks_max_sm": "1980 MHz"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        ("", "no GPU in the output", ""),
+        (", ".join(acceptance.GPU_QUERY_FIELDS) + "\n", "a header and no GPU", ""),
+        ("0, Tesla V100-SXM2-16GB, 00000000:06:00.0, Enabled\n", "4 values where 6 fields were asked for",
+         "0, Tesla V100-SXM2-16GB, 00000000:06:00.0, Enabled"),
+    ],
+)  # fmt: skip
+def test_nvidia_smi_without_a_gpu_row_is_refused(text, message, line):
+    with pytest.raises(ParseError) as refused:
+        acceptance.nvidia_smi_gpus(text)
+    assert (refused.value.tool, refused.value.message, refused.value.line) == ("nvidia-smi --query-gpu", message, line)
