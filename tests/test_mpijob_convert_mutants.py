@@ -485,3 +485,21 @@ def test_a_yaml_error_without_a_position_names_the_file_and_says_unreadable():
     assert mpijob_convert._yaml_problem("job.yaml", yaml.MarkedYAMLError()) == "job.yaml: not YAML: unreadable"
     context = yaml.MarkedYAMLError(context="while parsing a block mapping", problem="found a tab")
     assert mpijob_convert._yaml_problem("job.yaml", context) == "job.yaml: not YAML: found a tab"
+
+
+def test_a_launcher_script_is_split_into_the_shell_s_words():
+    """Words as the shell splits them: at blanks and at its operators, never inside a host list or a path."""
+    assert mpijob_convert._split(
+        "mpirun -np 8 -H node-a:4,node-b:4 -x NCCL_IB_HCA=mlx5_0:1 ./all_reduce_perf && exit"
+    ) == [
+        "mpirun",
+        "-np",
+        "8",
+        "-H",
+        "node-a:4,node-b:4",
+        "-x",
+        "NCCL_IB_HCA=mlx5_0:1",
+        "./all_reduce_perf",
+        "&&",
+        "exit",
+    ]
