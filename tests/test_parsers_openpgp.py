@@ -120,7 +120,9 @@ def test_new_format_lengths_at_each_boundary_of_rfc_4880(packets, size, first_le
     assert (len(found["primary"]), len(found["subkeys"])) == (1, 1)
 
 
-@pytest.mark.parametrize("header", [b"\xcd\x00", b"\xb4\x00", b"\xb5\x00\x00", b"\xb6\x00\x00\x00\x00"])
+@pytest.mark.parametrize(
+    "header", [b"\xcd\x00", b"\xcd\xff\x00\x00\x00\x00", b"\xb4\x00", b"\xb5\x00\x00", b"\xb6\x00\x00\x00\x00"]
+)
 def test_an_empty_packet_ending_the_keyring_is_read(packets, header):
     """A header whose length octets end the data exactly, with no body: a whole packet, not one cut short."""
     key = next(body for tag, body in packets if tag == 6)
@@ -193,3 +195,13 @@ def test_a_damaged_armored_key_is_refused_by_the_armored_reader():
         KEYRING_EXPECTED,
     )
     assert refused.value.message.startswith("not base64 (")
+
+
+def test_a_five_octet_length_of_16_mib_and_more_is_read_whole(packets):
+    """The four length octets all count: a packet of 2**24 bytes (its first length octet 1) read at its length."""
+    key = next(body for tag, body in packets if tag == 6)
+    big = new_format(13, b"u" * 2**24, 5)
+    assert big[1:6] == b"\xff\x01\x00\x00\x00"
+    assert parsers.keyring_fingerprints(shortest_new(6, key) + big) == parsers.keyring_fingerprints(
+        shortest_new(6, key)
+    )
