@@ -17,7 +17,7 @@ import pytest
 
 from nodeforge import collection  # noqa: F401  (sets up the collection loader)
 from nodeforge.collection import k8s_validate, model
-from tests.test_k8s_objects import UPSTREAM, _file, by_kind, cluster, everything, independent_problems
+from tests.test_k8s_objects import REDBOOK_SCC, UPSTREAM, _file, by_kind, cluster, everything, independent_problems
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects  # isort: skip
 
@@ -573,25 +573,10 @@ def tenant_scc(namespace: str) -> dict:
                 "kubernetes.io/description": f"cloned from restricted, adds IPC_LOCK for MPI jobs in {namespace}"
             },
         },
-        "allowHostDirVolumePlugin": False,
-        "allowHostIPC": False,
-        "allowHostNetwork": False,
-        "allowHostPID": False,
-        "allowHostPorts": False,
-        "allowPrivilegeEscalation": True,
-        "allowPrivilegedContainer": False,
-        "allowedCapabilities": None,
-        "defaultAddCapabilities": ["IPC_LOCK"],
-        "fsGroup": {"type": "MustRunAs"},
+        # The Redbook's SCC (seed 004, 3.4.3) as tests/test_k8s_objects.py writes it down, granted to no one directly.
+        **REDBOOK_SCC,
         "groups": [],
-        "priority": None,
-        "readOnlyRootFilesystem": False,
-        "requiredDropCapabilities": ["KILL", "MKNOD", "SETUID", "SETGID"],
-        "runAsUser": {"type": "MustRunAsRange"},
-        "seLinuxContext": {"type": "MustRunAs"},
-        "supplementalGroups": {"type": "RunAsAny"},
         "users": [],
-        "volumes": ["configMap", "downwardAPI", "emptyDir", "persistentVolumeClaim", "projected", "secret"],
     }
 
 

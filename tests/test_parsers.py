@@ -16,6 +16,13 @@ from nodeforge.collection import parsers
 OUTPUTS = Path(__file__).parent / "data" / "outputs"
 
 
+def refusal(call, *args) -> tuple[str, str, str, str]:
+    """The whole ParseError a parser raises for args: (tool, message, line, expected)."""
+    with pytest.raises(parsers.ParseError) as refused:
+        call(*args)
+    return refused.value.tool, refused.value.message, refused.value.line, refused.value.expected
+
+
 def output(name: str) -> str:
     return (OUTPUTS / name).read_text()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge.collection import parsers
+from tests.test_parsers import refusal
 
 
 def test_nvidia_sources_reads_every_line_past_a_blank_one_and_a_directory_with_a_space():
@@ -132,9 +133,7 @@ KEYRING_EXPECTED = "a binary OpenPGP keyring of whole v4 key packets, as bytes o
     ],
 )  # fmt: skip
 def test_keyring_fingerprints_refuses_naming_itself_and_what_it_read(data, message, line):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.keyring_fingerprints(data)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.keyring_fingerprints, data) == (
         "keyring_fingerprints",
         message,
         line,
@@ -155,9 +154,7 @@ DPKG_EXPECTED = "dpkg-query's ${db:Status-Abbrev}${Version}, e.g. 'ii 1.0-1', 'h
     ],
 )
 def test_dpkg_query_installed_refuses_a_damaged_line_naming_itself(stdout, message, line, expected):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.dpkg_query_installed(stdout)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.dpkg_query_installed, stdout) == (
         "dpkg_query_installed",
         message,
         line,
@@ -185,9 +182,7 @@ def test_dpkg_query_lines_past_a_blank_one_and_a_status_without_its_blank():
     ],
 )
 def test_dpkg_query_todo_refuses_arguments_of_the_wrong_type(packages, version, message, line, expected):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.dpkg_query_todo("nvidia-driver ii 1.0\n", packages, version)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.dpkg_query_todo, "nvidia-driver ii 1.0\n", packages, version) == (
         "dpkg_query_todo",
         message,
         line,
@@ -216,9 +211,7 @@ VERSION_EXPECTED = "a Debian version [epoch:]upstream_version[-debian_revision],
     ],
 )
 def test_deb_version_compare_refuses_naming_itself_the_version_and_its_form(a, b, message, line):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.deb_version_compare(a, b)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.deb_version_compare, a, b) == (
         "deb_version_compare",
         message,
         line,
@@ -260,9 +253,7 @@ CHOOSE_EXPECTED_WANTED = "an upstream version such as 1.20.0 or a prefix such as
     ],
 )
 def test_choose_version_refuses_naming_itself_the_argument_and_what_it_takes(arguments, message, line, expected):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.choose_version(*arguments)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.choose_version, *arguments) == (
         "choose_version",
         message,
         line,

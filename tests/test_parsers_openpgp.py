@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge.collection import parsers
+from tests.test_parsers import refusal
 
 OUTPUTS = Path(__file__).parent / "data" / "outputs"
 KEYS = ("openpgp-key-rsa-with-subkey.asc", "openpgp-key-ed25519-fixture.asc")
@@ -168,9 +169,7 @@ ED25519 = bytes.fromhex("046b04852516092b06010401da470f01010740") + bytes(32)
     ],
 )  # fmt: skip
 def test_a_damaged_keyring_is_refused_naming_the_reader_what_broke_and_where(data, message, line, expected):
-    with pytest.raises(parsers.ParseError) as refused:
-        parsers.keyring_fingerprints(data)
-    assert (refused.value.tool, refused.value.message, refused.value.line, refused.value.expected) == (
+    assert refusal(parsers.keyring_fingerprints, data) == (
         "keyring_fingerprints",
         message,
         line,
