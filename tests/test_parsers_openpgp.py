@@ -204,3 +204,44 @@ def test_a_five_octet_length_of_16_mib_and_more_is_read_whole(packets):
     assert parsers.keyring_fingerprints(shortest_new(6, key) + big) == parsers.keyring_fingerprints(
         shortest_new(6, key)
     )
+
+
+KEY_EXPECTED = "an ASCII-armored OpenPGP public key block (-----BEGIN PGP PUBLIC KEY BLOCK----- ... END ...)"
+
+
+def test_armor_headers_are_skipped_and_text_after_the_block_ignored():
+    """RFC 4880 6.2: armor headers (Version:, Comment:, ...) before the blank line are no base64; what follows the
+    END line (a signature's trailer, an HTML footer) is no key."""
+    armored = (OUTPUTS / KEYS[1]).read_text()
+    begin = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"
+    headed = armored.replace(begin, begin + "Version: GnuPG v2\nComment: nodeforge fixture\nHash: SHA256\n", 1)
+    assert headed != armored
+    assert parsers.openpgp_fingerprints(headed + "</pre></body>\n") == parsers.openpgp_fingerprints(armored)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("<html><body>404 Not Found</body></html>\n", ""),
+        # A block with armor headers and nothing else.
+        ("-----BEGIN PGP PUBLIC KEY BLOCK-----\nComment: empty\n-----END PGP PUBLIC KEY BLOCK-----\n",
+         "-----BEGIN PGP PUBLIC KEY BLOCK-----"),
+    ],
+)  # fmt: skip
+def test_what_holds_no_key_is_refused_naming_the_block(text, line):
+    assert refusal(parsers.openpgp_fingerprints, text) == (
+        "openpgp_fingerprints",
+        "not an ASCII-armored OpenPGP public key block",
+        line,
+        KEY_EXPECTED,
+    )
+
+
+def test_armor_without_the_blank_line_after_begin_is_read():
+    """Some key servers and hand-pasted keys drop the blank line that ends the (empty) armor headers."""
+    armored = (OUTPUTS / KEYS[1]).read_text()
+    begin = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n"
+    assert armored.startswith(begin + "\n")
+    assert parsers.openpgp_fingerprints(armored.replace(begin + "\n", begin, 1)) == parsers.openpgp_fingerprints(
+        armored
+    )
