@@ -271,3 +271,37 @@ def test_kustomization_lists_the_written_files_for_kubectl_apply_k():
         "- node-a.yaml\n"
         "- runtimeclass-nvidia.yaml\n"
     )
+
+
+def test_dump_writes_the_head_first_the_rest_sorted_scripts_as_blocks_and_no_anchors():
+    """What `k8s render` writes: apiVersion, kind and metadata first, then the other keys in order; a multi-line string
+    as a literal block; a list two places share written out twice (no &anchor / *alias for kubectl to trip on); a
+    long line kept whole up to 120 characters."""
+    shared = ["IPC_LOCK"]
+    long_value = "cloned from restricted, adds IPC_LOCK for MPI jobs in the namespace of the research team"
+    obj = {
+        "spec": {"script": "set -e\nmpirun -np 16 ./all_reduce_perf\n", "add": shared, "keep": shared},
+        "metadata": {"name": "job", "annotations": {"note": long_value}},
+        "data": {"z": "1", "a": "2"},
+        "kind": "ConfigMap",
+        "apiVersion": "v1",
+    }
+    assert k8s_objects.dump(obj) == (
+        "apiVersion: v1\n"
+        "kind: ConfigMap\n"
+        "metadata:\n"
+        "  name: job\n"
+        "  annotations:\n"
+        f"    note: {long_value}\n"
+        "data:\n"
+        "  z: '1'\n"
+        "  a: '2'\n"
+        "spec:\n"
+        "  script: |\n"
+        "    set -e\n"
+        "    mpirun -np 16 ./all_reduce_perf\n"
+        "  add:\n"
+        "  - IPC_LOCK\n"
+        "  keep:\n"
+        "  - IPC_LOCK\n"
+    )
