@@ -17,6 +17,7 @@ from ansible.template import Templar
 from nodeforge import collection
 from tests.conftest import damaged_text
 from tests.role_expressions import trusted
+from tests.test_parsers import parse_error
 
 from ansible_collections.nodeforge.gpu.plugins.filter import acceptance as acceptance_filter  # isort: skip
 from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance  # isort: skip
@@ -35,12 +36,6 @@ def output(name: str) -> str:
 
 def profile(name: str) -> dict:
     return yaml.safe_load((PROFILES / f"{name}.yml").read_text())
-
-
-def parse_error(parser, text: str) -> ParseError:
-    with pytest.raises(ParseError) as raised:
-        parser(text)
-    return raised.value
 
 
 def statuses(results: list[dict]) -> dict:

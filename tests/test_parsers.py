@@ -16,11 +16,27 @@ from nodeforge.collection import parsers
 OUTPUTS = Path(__file__).parent / "data" / "outputs"
 
 
+def parse_error(call, *args) -> parsers.ParseError:
+    """The ParseError a parser raises for args (the parsers of acceptance.py and scale.py raise the same class)."""
+    with pytest.raises(parsers.ParseError) as raised:
+        call(*args)
+    return raised.value
+
+
 def refusal(call, *args) -> tuple[str, str, str, str]:
     """The whole ParseError a parser raises for args: (tool, message, line, expected)."""
-    with pytest.raises(parsers.ParseError) as refused:
-        call(*args)
-    return refused.value.tool, refused.value.message, refused.value.line, refused.value.expected
+    error = parse_error(call, *args)
+    return error.tool, error.message, error.line, error.expected
+
+
+def gpg_fingerprints(listing: str) -> dict[str, list[str]]:
+    """`gpg --with-colons --show-keys` -> {primary, subkeys}: the fpr line after each pub, and after each sub."""
+    found: dict[str, list[str]] = {"primary": [], "subkeys": []}
+    rows = [line.split(":") for line in listing.splitlines()]
+    for previous, row in itertools.pairwise(rows):
+        if row[0] == "fpr":
+            found["primary" if previous[0] == "pub" else "subkeys"].append(row[9])
+    return found
 
 
 def output(name: str) -> str:
@@ -136,11 +152,7 @@ def test_dkms_conf_without_dest_names_and_empty():
 )
 def test_openpgp_fingerprints_are_gpg_s(key, listing):
     """The fingerprints computed in Python are the ones gpg prints (its fpr line after pub, and after sub)."""
-    rows = [line.split(":") for line in output(listing).splitlines()]
-    expected = {"primary": [], "subkeys": []}
-    for previous, row in itertools.pairwise(rows):
-        if row[0] == "fpr":
-            expected["primary" if previous[0] == "pub" else "subkeys"].append(row[9])
+    expected = gpg_fingerprints(output(listing))
     assert parsers.openpgp_fingerprints(output(key)) == expected
     assert expected["primary"]
 
@@ -166,8 +178,7 @@ def test_openpgp_fingerprints_read_every_block_of_the_file(tmp_path):
         check=True,
         env={"GNUPGHOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     ).stdout.decode()
-    rows = [line.split(":") for line in listing.splitlines()]
-    primaries = [row[9] for previous, row in itertools.pairwise(rows) if row[0] == "fpr" and previous[0] == "pub"]
+    primaries = gpg_fingerprints(listing)["primary"]
     assert len(primaries) == 2
     assert parsers.openpgp_fingerprints(both)["primary"] == primaries
 

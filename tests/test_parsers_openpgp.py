@@ -7,7 +7,6 @@ from those very bytes (`gpg --show-keys`), and a damaged stream an error naming 
 
 from __future__ import annotations
 
-import itertools
 import re
 import subprocess
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nodeforge.collection import parsers
-from tests.test_parsers import refusal
+from tests.test_parsers import gpg_fingerprints, refusal
 
 OUTPUTS = Path(__file__).parent / "data" / "outputs"
 KEYS = ("openpgp-key-rsa-with-subkey.asc", "openpgp-key-ed25519-fixture.asc")
@@ -86,11 +85,7 @@ FRAMINGS = {
 @pytest.mark.parametrize("framing", FRAMINGS)
 def test_each_framing_gives_the_fingerprints_gpg_reads_from_the_same_bytes(packets, framing, tmp_path):
     stream = b"".join(FRAMINGS[framing](tag, body) for tag, body in packets)
-    rows = [line.split(":") for line in _gpg(["--with-colons", "--show-keys"], stream, tmp_path).splitlines()]
-    expected = {"primary": [], "subkeys": []}
-    for previous, row in itertools.pairwise(rows):
-        if row[0] == "fpr":
-            expected["primary" if previous[0] == "pub" else "subkeys"].append(row[9])
+    expected = gpg_fingerprints(_gpg(["--with-colons", "--show-keys"], stream, tmp_path))
     assert len(expected["primary"]) == 2
     assert len(expected["subkeys"]) == 1
     assert parsers.keyring_fingerprints(stream) == expected
