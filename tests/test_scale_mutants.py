@@ -529,3 +529,16 @@ def test_mmlscluster_keeps_a_value_holding_a_colon_whole():
     text = MMLSCLUSTER_DOC.replace("command:      /usr/bin/ssh", "command:      /opt/ssh:wrap")
     assert text != MMLSCLUSTER_DOC
     assert scale.parse_mmlscluster(text)["remote_shell"] == "/opt/ssh:wrap"
+
+
+def test_mmlscluster_information_line_of_a_field_it_does_not_read_is_no_table_header():
+    """A field of the information block this parser does not read (a later Scale release's, say) is passed over, even
+    one that begins with "Node" or names the daemon node: only the table's own header line starts the node table."""
+    head, table = NODE_TABLE.split(" Node  Daemon", 1)
+    extra = "  Nodes in cluster:          1\n  Daemon node name format:   FQDN\n"
+    cluster = scale.parse_mmlscluster(
+        head + extra + " Node  Daemon" + table + "   7   dgx01.lab  10.0.0.7  dgx01.lab\n"
+    )
+    assert cluster["nodes"] == [
+        {"number": 7, "daemon_name": "dgx01.lab", "ip": "10.0.0.7", "admin_name": "dgx01.lab", "designation": ""}
+    ]

@@ -115,6 +115,34 @@ def test_probe_scripts_print_every_section(tmp_path):
     assert found["proc_version"] == {"output": (direct.stdout + direct.stderr).rstrip("\n"), "rc": direct.returncode}
 
 
+def test_tools_are_those_the_driver_probe_finds_on_path(tmp_path):
+    """The real driver probe with two of the three performance tools on PATH (and a file named like the third that
+    is not executable): the filter validate_tools, which decides which perf checks run, lists exactly those two,
+    sorted; a tool section that failed or a section of another kind is no tool."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, mode in (("ib_write_bw", 0o755), ("all_reduce_perf", 0o755), ("dcgmi", 0o644)):
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(mode)
+    run = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            (ROLE / "files" / "probe-lib.sh").read_text() + "\n" + (ROLE / "files" / "probe-driver.sh").read_text(),
+        ],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "LC_ALL": "C", "GPU_QUERY": "index", "REMAPPED_QUERY": "gpu_bus_id"},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert validate.tools(run.stdout) == ["all_reduce_perf", "ib_write_bw"]
+    # The lines as the role passes them (stdout_lines), a failed tool and look-alike names among the sections.
+    lines = probe(**{"tool:zeta": ("/x/zeta", 0), "tool:alpha": ("/x/alpha", 0), "tool:dcgmi": ("", 1)}).splitlines()
+    lines += probe(**{"tools:beta": ("", 0), "file:tool:gamma": ("", 0)}).splitlines()
+    assert validate.tools(lines) == ["alpha", "zeta"]
+    assert validate.tools("") == []
+
+
 def test_query_fields_are_the_parsers():
     variables = DataLoader().load_from_file(str(ROLE / "vars" / "main.yml"))
     assert variables["__validate_gpu_query"] == ",".join(acceptance.GPU_QUERY_FIELDS)

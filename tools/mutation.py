@@ -18,7 +18,7 @@ each mutant against those tests only, two at a time. This script then prints the
 surviving mutant that docs/testing.md does not list as equivalent (tools/mutation_equivalent.txt holds their
 names, one per line with the reason after a '#').
 
-Usage: python tools/mutation.py [--module NAME ...] [--max-children N] [--report-only] [--resume [MUTANT ...]]
+Usage: python tools/mutation.py [--module NAME ...] [--max-children N] [--report-only] [--resume] [MUTANT ...]
 """
 
 from __future__ import annotations
@@ -235,10 +235,13 @@ def main() -> int:
         help="go on with the last run (stopped, or its code and tests changed since): the same modules, the verdicts "
         "of unchanged functions kept; with NAME arguments, run those mutants again (their survivors, after new tests)",
     )
-    parser.add_argument("names", nargs="*", help="with --resume: mutants to run again (mutmut's names or globs)")
+    parser.add_argument(
+        "names",
+        nargs="*",
+        help="mutants to run (mutmut's names or globs): with --resume, run them again; in a new run, only them (the "
+        "others are made but not run)",
+    )
     args = parser.parse_args()
-    if args.names and not args.resume:
-        parser.error("mutant names go with --resume")
     if args.resume and not (STAGE / "mutants").exists():
         parser.error(f"--resume: no run to go on with in {STAGE.relative_to(REPO)}")
     if not args.report_only:
