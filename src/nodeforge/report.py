@@ -71,7 +71,7 @@ def live_progress(console: Console, enabled: bool = True) -> Iterator[Any]:
 
 
 def summary_table(result: RunResult) -> Table:
-    table = Table(title=f"{result.playbook.rsplit('/', 1)[-1]}: {result.status} in {result.duration_s:.1f}s")
+    table = Table(title=escape(f"{result.playbook.rsplit('/', 1)[-1]}: {result.status} in {result.duration_s:.1f}s"))
     table.add_column("host", no_wrap=True)
     # rescued/ignored only when some host has them: host names must stay readable in an 80-column CI log.
     shown = [n for n in COUNTERS if n not in ("rescued", "ignored") or any(h[n] for h in result.hosts.values())]
@@ -81,7 +81,7 @@ def summary_table(result: RunResult) -> Table:
     if show_reboot:
         table.add_column("reboot")
     for host, counts in result.hosts.items():
-        row = [host, *(str(counts[n]) for n in shown)]
+        row = [escape(host), *(str(counts[n]) for n in shown)]
         if show_reboot:
             row.append("required" if result.reboot_required.get(host) else "-")
         table.add_row(*row)

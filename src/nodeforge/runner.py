@@ -251,6 +251,16 @@ class Progress:
         if kind in ("runner_on_skipped", "runner_item_on_skipped"):
             entry["since"] = time.monotonic()
 
+    def _rescued(self, rescued: Mapping[str, Any], failed: Mapping[str, Any]) -> None:
+        """The failures a block's rescue handled, known only from the stats at the end: counted rescued, not failed,
+        as Ansible counts them. On a host the run did not fail, they are no failures at all; on a host that failed in
+        the end (a rescue that refuses, say) they stay listed, as the cause the last failure follows from."""
+        for host, number in rescued.items():
+            moved = min(int(number or 0), self.counts[host]["failed"])
+            self.counts[host]["failed"] -= moved
+            self.counts[host]["rescued"] += moved
+        self.failures = [f for f in self.failures if f.unreachable or not rescued.get(f.host) or failed.get(f.host)]
+
     def handle(self, event: dict[str, Any]) -> bool:
         kind = event.get("event", "")
         data = event.get("event_data") or {}
@@ -283,7 +293,8 @@ class Progress:
                 if "nodeforge_reboot_required" in facts:
                     self.reboot_required[host] = bool(facts["nodeforge_reboot_required"])
             elif kind == "runner_on_failed":
-                if data.get("ignore_errors"):
+                if data.get("ignore_errors"):  # Ansible counts an ignored failure ok as well
+                    self.counts[host]["ok"] += 1
                     self.counts[host]["ignored"] += 1
                 else:
                     self.counts[host]["failed"] += 1
@@ -293,6 +304,8 @@ class Progress:
                 self.failures.append(Failure(host, data.get("task", ""), _message(res), unreachable=True))
             elif kind == "runner_on_skipped":
                 self.counts[host]["skipped"] += 1
+            elif kind == "playbook_on_stats":
+                self._rescued(data.get("rescued") or {}, data.get("failures") or {})
         return True  # keep the event in the artifacts
 
 
