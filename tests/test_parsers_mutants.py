@@ -278,3 +278,23 @@ def test_choose_version_reads_no_installed_version_as_none_installed():
 )
 def test_a_refused_value_is_shown_cut_to_200_characters(value, shown):
     assert parsers.shown(value) == shown
+
+
+@pytest.mark.parametrize(
+    ("length", "visible"),
+    [(0, ""), (300, "v" * 300), (301, "v" * 297 + "..."), (1000, "v" * 297 + "...")],
+    ids=["empty", "300-whole", "301-cut", "1000-cut"],
+)
+def test_an_offending_line_is_shown_up_to_300_characters_and_kept_whole(length, visible):
+    """The message shows at most 300 characters of the offending line (297 and an ellipsis when it is longer); the
+    error keeps the whole line for a caller that wants it."""
+    line = "v" * length
+    error = parsers.ParseError("dpkg-query", "a damaged line", line, "one package per line")
+    assert (error.tool, error.message, error.line, error.expected) == (
+        "dpkg-query",
+        "a damaged line",
+        line,
+        "one package per line",
+    )
+    assert str(error) == f"dpkg-query: a damaged line: {visible!r}; expected one package per line"
+    assert str(parsers.ParseError("dpkg-query", "no output", line)) == f"dpkg-query: no output: {visible!r}"
