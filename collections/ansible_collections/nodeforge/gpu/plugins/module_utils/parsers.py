@@ -266,7 +266,7 @@ def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
         elif line.startswith("-----END PGP PUBLIC KEY BLOCK-----") and body is not None:
             start = 0
             while start < len(body) and ":" in body[start]:  # armor headers (Version: ..., Comment: ...)
-                start -= 1
+                start += 1
             data = "".join(b for b in body[start:] if b and not b.startswith("="))
             keys = _keyring(tool, _base64(tool, data, begin))
             found = {kind: found[kind] + keys[kind] for kind in found}
