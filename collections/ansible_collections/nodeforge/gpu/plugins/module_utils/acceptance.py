@@ -345,7 +345,6 @@ def ibstat(output: object) -> list[dict]:
         if head:
             close_ca()
             ca, ca_line, declared, ca_ports = head["ca"], line, None, 0
-            last = line
             continue
         if ca is None:
             raise ParseError(tool, "output does not start with a CA", line)
@@ -383,8 +382,7 @@ def ibstat(output: object) -> list[dict]:
                 if value not in _LINK_LAYERS:
                     raise ParseError(tool, f"unknown link layer {value!r}", line)
                 values[name] = _LINK_LAYERS[value]
-            else:
-                values[name] = value
+            # The other fields (lids, LMC, capability mask, GUID) are known and not read.
         else:
             raise ParseError(tool, f"unknown port field {key!r}", line)
         last = line
@@ -757,7 +755,7 @@ def dcgmi_diag(output: object) -> dict:
             closed = True
             continue
         cells = stripped.split("|")
-        if len(cells) != 4 or cells[0] or cells[3] or not stripped.endswith("|"):
+        if len(cells) != 4 or cells[0] or cells[3]:
             raise ParseError(tool, "not a table row", line)
         name, info = cells[1].strip(), cells[2].strip()
         closed = False
@@ -1003,7 +1001,8 @@ def evaluate_gpus(
     else:
         wrong = [name for name in names if expected_model.lower() not in name.lower()]
         status = "fail" if wrong else "pass"
-        reason = f"{', '.join(wrong)} is not a {expected_model}" if wrong else ""
+        shown = [name or "(no name reported)" for name in wrong]
+        reason = f"{', '.join(shown)} is not a {expected_model}" if wrong else ""
         results.append(check_result("gpu_model", status, ", ".join(names), expected_model, reason))
     results.append(
         _gpu_flag("gpu_persistence", gpus, "persistence", True, "persistence mode off", "persistence mode not reported")
