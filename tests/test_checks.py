@@ -518,7 +518,11 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("group_vars", "expected"), HOSTILE, ids=[str(g)[:60] for g, _ in HOSTILE])
+# Ids of the variable's name and the case's number: the values themselves (newlines, brackets, quotes) make ids that
+# pytest cannot always find again when they are given back on its command line (mutmut does).
+@pytest.mark.parametrize(
+    ("group_vars", "expected"), HOSTILE, ids=[f"{i}-{next(iter(g))}" for i, (g, _) in enumerate(HOSTILE)]
+)
 def test_values_unsafe_in_config_files_are_refused(tmp_path, group_vars, expected):
     [problem] = messages(write_inventory(tmp_path, group_vars))
     assert expected in problem, problem

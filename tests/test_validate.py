@@ -192,6 +192,19 @@ def test_loaded_driver_other_than_installed_or_pinned_fails():
     assert check["status"] == "fail" and check["expected"] == "535.274.02"
 
 
+def test_failed_names_the_failed_checks_in_order_and_nothing_else():
+    """What the acceptance_report action returns as validate_failed (the role's assert and the CLI's exit read it): the
+    failed checks by name, in the order checked; passed and not-applicable ones are not named."""
+    exp = expect("dgx-1", nvidia_driver_version="580.126.20", nvidia_driver_flavor="open")
+    results = validate.driver_checks(validate.sections(probe(**DGX1_DRIVER)), exp, {})
+    assert [r["status"] for r in results] == ["fail", "fail", "pass", "pass", "pass", "na", "pass", "na", "pass"]
+    assert validate.failed(results) == ["driver_version", "driver_flavor"]
+    assert validate.failed([{"check": 7, "status": "fail"}, {"check": "x", "status": "FAIL"}, {"status": "pass"}]) == [
+        "7"
+    ]
+    assert validate.failed([]) == []
+
+
 def test_nouveau_loaded_fails_and_unreadable_module_lists_fail():
     loaded = {**DGX1_DRIVER, "proc_modules": ("nouveau 2433024 0 - Live 0x0\n", 0)}
     check = validate.nouveau_check(validate.sections(probe(**loaded)), {})

@@ -134,8 +134,9 @@ def record_problems(record: Mapping[str, Any], consumers: Sequence[str] = ()) ->
     return problems
 
 
-def component_plan(name: str, installed: str, target: str, allow_downgrade: bool) -> dict[str, Any]:
-    """One component on one node: action upgrade, downgrade, current or refused, with the reason."""
+def component_plan(name: str, installed: str | None, target: str | None, allow_downgrade: bool) -> dict[str, Any]:
+    """One component on one node: action upgrade, downgrade, current or refused, with the reason (a version not
+    known, None, is none: upstream() reads it as "")."""
     have, want = upstream(installed), upstream(target)
     entry = {"component": name, "from": have, "to": want}
     if not want:
@@ -186,14 +187,14 @@ def node_plan(
         if same and not versions.get("installed"):
             # A failed install can leave the package half-configured (not installed to dpkg): the unfinished run
             # knew what was there.
-            versions["installed"] = (record.get("from") or {}).get(name, "")
+            versions["installed"] = (record.get("from") or {}).get(name)
         if component == "stack" and (versions.get("na") or not versions.get("installed")):
             continue  # a stack upgrade moves what the node has
         if versions.get("na"):
             entries.append({"component": name, "from": "", "to": "", "action": "refused", "reason": versions["na"]})
         else:
             entries.append(
-                component_plan(name, versions.get("installed", ""), versions.get("target", ""), allow_downgrade)
+                component_plan(name, versions.get("installed"), versions.get("target"), allow_downgrade)
             )
     refused = [f"{e['component']}: {e['reason']}" for e in entries if e["action"] == "refused"]
     moving = [e for e in entries if e["action"] in ("upgrade", "downgrade")]
