@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,19 @@ from rich.console import Console
 
 from nodeforge import report
 from nodeforge.checks import Problem
-from nodeforge.runner import COUNTERS, EXIT_HOST_FAILED, EXIT_OK, Failure, RunResult
-from tests.test_runner_events import ARTIFACTS, CHECK_WARNING, Clock, recorded, replay, run_result
+from nodeforge.runner import COUNTERS, EXIT_ERROR, EXIT_HOST_FAILED, EXIT_OK, Failure, RunResult
+from tests.test_runner_events import (
+    ACCEPTANCE,
+    ARTIFACTS,
+    CHECK_WARNING,
+    PLAN,
+    RECORD,
+    REFUSED,
+    Clock,
+    recorded,
+    replay,
+    run_result,
+)
 
 WIDTH = 80
 
@@ -30,6 +42,41 @@ def console(terminal: bool = False, width: int = WIDTH) -> Console:
 def text(out: Console) -> str:
     """What the console printed, each line without its trailing spaces (a centred title's padding)."""
     return "\n".join(line.rstrip() for line in out.export_text().splitlines())
+
+
+def styled_console(terminal: bool = False, width: int = WIDTH) -> Console:
+    """A recording console with colours and rich's default highlighting on, as a caller's own Console() has it."""
+    return Console(
+        file=io.StringIO(),
+        width=width,
+        color_system="standard",
+        force_terminal=terminal,
+        record=True,
+        legacy_windows=False,
+    )
+
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+_SGR_NAMES = {"1": "bold", "3": "italic", "31": "red", "32": "green", "33": "yellow", "35": "magenta"}
+
+
+def styled(out: Console) -> str:
+    """What the console printed with its styles: each styled run as [style]text[/], the style named from the SGR codes
+    rich wrote (the report's own: bold, italic, red, green, yellow, magenta; any other code, a highlighter's, as its
+    number), each line without its trailing spaces."""
+    lines = []
+    for line in out.export_text(styles=True).splitlines():
+        runs: list[list[str]] = []
+        style = ""
+        for n, part in enumerate(_SGR.split(line)):
+            if n % 2:
+                style = "" if part in ("", "0") else " ".join(_SGR_NAMES.get(code, code) for code in part.split(";"))
+            elif part and runs and runs[-1][0] == style:
+                runs[-1][1] += part
+            elif part:
+                runs.append([style, part])
+        lines.append("".join(f"[{style}]{part}[/]" if style else part for style, part in runs).rstrip())
+    return "\n".join(lines)
 
 
 def counters(**counts: int) -> dict[str, int]:
@@ -270,6 +317,53 @@ def test_a_reboot_not_required_anywhere_still_shows_the_column():
     assert list(table.columns[-1].cells) == ["-"]
 
 
+def test_the_summary_keeps_its_own_styles_on_a_highlighting_console(clock):
+    """Only the report's markup is styled: the notices, ansible-playbook's error and the artifacts path are printed
+    without rich's highlighting (numbers, paths), whatever the console's default."""
+    out = styled_console(terminal=True, width=120)
+    report.print_result(out, run_result("notices"))
+    report.print_result(out, run_result("parse_error"))
+    header = "┃[bold] ok [/]┃[bold] changed [/]┃[bold] failed [/]┃[bold] unreachable [/]┃[bold] skipped [/]┃"
+    assert styled(out) == "\n".join(
+        [
+            "[italic]               notices.yml: successful in 2.3s               [/]",
+            "┏━━━━━━━━━━━┳━━━━┳━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━┓",
+            "┃[bold] host      [/]" + header,
+            "┡━━━━━━━━━━━╇━━━━╇━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━┩",
+            "│ localnode │[green]  6 [/]│[yellow]       0 [/]│[red]      0 [/]│[magenta]           0 [/]│       2 │",
+            "│ othernode │[green]  8 [/]│[yellow]       1 [/]│[red]      0 [/]│[magenta]           0 [/]│       1 │",
+            "└───────────┴────┴─────────┴────────┴─────────────┴─────────┘",
+            "[yellow]notice[/] localnode: localnode: docker is not restarted: 2 running container(s) would be stopped",
+            "[yellow]notice[/] localnode: two specifications /etc/cdi/nvidia.yaml 2",
+            "[yellow]notice[/] othernode: othernode: docker is not restarted: 2 running container(s) would be stopped",
+            "[yellow]notice[/] othernode: two specifications /etc/cdi/nvidia.yaml 2",
+            "[yellow]notice[/] othernode: role says: othernode restarts containerd",
+            AFTER,
+            "[italic]            parse_error.yml: failed in 2.3s             [/]",
+            "┏━━━━━━┳━━━━┳━━━━━━━━━┳━━━━━━━━┳━━━━━━━━━━━━━┳━━━━━━━━━┓",
+            "┃[bold] host [/]" + header,
+            "┡━━━━━━╇━━━━╇━━━━━━━━━╇━━━━━━━━╇━━━━━━━━━━━━━╇━━━━━━━━━┩",
+            "└──────┴────┴─────────┴────────┴─────────────┴─────────┘",
+            "[red]ansible-playbook failed before reaching any host[/]:",
+            "[ERROR]: YAML parsing failed: While parsing a flow node did not find expected node content.",
+            "Origin: /tmp/nodeforge-record-events/parse_error/parse_error.yml:7:1",
+            "",
+            "(source not shown: file truncated)",
+            AFTER,
+        ]
+    )
+
+
+def test_a_long_artifacts_path_is_printed_whole_on_one_line(clock):
+    """The artifacts line is the operator's path to copy: never wrapped, however narrow the console."""
+    artifacts = "/home/operator/.local/state/nodeforge/runner/artifacts/20260102T030405-123456-success"
+    out = console()
+    report.print_result(out, run_result("success", artifact_dir=artifacts))
+    assert text(out) == "\n".join(
+        [SUCCESS_TABLE, "reboot required on localnode (nodeforge_reboot_policy decides)", f"artifacts: {artifacts}"]
+    )
+
+
 # ---- failures, warnings, problems ------------------------------------------------------------------------------
 
 
@@ -307,6 +401,29 @@ def test_print_warnings_and_problems():
             "0 problem(s) found; no node was touched:",
         ]
     )
+
+
+def test_failures_warnings_and_problems_keep_their_own_styles_on_a_highlighting_console(clock):
+    """Only the report's markup is styled (the kind, the task, "warning"): the messages, with their addresses,
+    numbers and paths, are printed without rich's highlighting, whatever the console's default."""
+    out = styled_console(width=200)
+    report.print_failures(out, run_result("comes_and_goes"))
+    report.print_warnings(out, PROBLEMS)
+    assert styled(out) == "\n".join(
+        [
+            f"[red]UNREACHABLE[/] deadnode: task [bold]Touch the node[/]: {REFUSED}",
+            f"[red]UNREACHABLE[/] deadnode: task [bold]Touch the node again[/]: {REFUSED}",
+            "[yellow]warning[/]: hosts.yml:3: group gpu_nodes: nodeforge_profile: found nothing; expected one of lab, "
+            "c4140 [x]",
+            "[yellow]warning[/]: hosts.yml: host n1: found '[b]x'; expected a name",
+        ]
+    )
+    out = styled_console(width=200)
+    report.print_problems(out, PROBLEMS)
+    assert styled(out).splitlines()[1:] == [
+        "  - hosts.yml:3: group gpu_nodes: nodeforge_profile: found nothing; expected one of lab, c4140 [x]",
+        "  - hosts.yml: host n1: found '[b]x'; expected a name",
+    ]
 
 
 def test_long_warnings_and_problems_are_not_wrapped():
@@ -404,6 +521,25 @@ def test_the_live_view_s_header_counters_and_last_notices(clock):
             "othernode: role says: othernode restarts containerd",
         ]
         + [f"othernode: extra {n}" for n in range(6)]
+    )
+
+
+def test_the_live_view_s_styles(clock):
+    """The header's labels bold, each counter in its colour (as the summary's), the notices yellow."""
+    out = styled_console(width=120)
+    out.print(report._progress_view(replay("notices")))
+    assert styled(out) == "\n".join(
+        [
+            "[bold]play: [/]A run that announces[bold]   task: [/]Change something in a role",
+            "[bold]host       ok  changed  failed  unreachable[/]",
+            "localnode [green]  6 [/][yellow]       0 [/][red]      0 [/][magenta]           0[/]",
+            "othernode [green]  8 [/][yellow]       1 [/][red]      0 [/][magenta]           0[/]",
+            "[yellow]localnode: localnode: docker is not restarted: 2 running container(s) would be stopped[/]",
+            "[yellow]localnode: two specifications /etc/cdi/nvidia.yaml 2[/]",
+            "[yellow]othernode: othernode: docker is not restarted: 2 running container(s) would be stopped[/]",
+            "[yellow]othernode: two specifications /etc/cdi/nvidia.yaml 2[/]",
+            "[yellow]othernode: role says: othernode restarts containerd[/]",
+        ]
     )
 
 
@@ -564,6 +700,32 @@ def test_run_payload_notices_and_the_verb_s_own_status_and_keys(clock):
         "error": "",
         "output": "listed",
         "checks": ["c"],
+    }
+
+
+def test_run_payload_takes_the_verb_s_exit_code_over_the_run_s(clock):
+    """upgrade refusing a node after a plan run that succeeded: its status and exit code, not the run's."""
+    result = run_result("acceptance")
+    assert result.exit_code == EXIT_OK
+    assert report.run_payload(result, status="refused", exit_code=EXIT_ERROR) == {
+        "status": "refused",
+        "exit_code": EXIT_ERROR,
+        "problems": [],
+        "warnings": [],
+        "notices": [],
+        "files": [],
+        "hosts": {"localnode": counters(ok=5), "othernode": counters(ok=5)},
+        "playbook": "/playbooks/acceptance.yml",
+        "rc": 0,
+        "duration_s": 2.35,
+        "artifacts": ARTIFACTS,
+        "failures": [],
+        "changes": {},
+        "reboot_required": {"localnode": False, "othernode": True},
+        "acceptance": {"localnode": ACCEPTANCE},
+        "upgrade_plans": {"localnode": PLAN},
+        "upgrade_records": {"othernode": RECORD},
+        "error": "",
     }
 
 

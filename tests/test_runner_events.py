@@ -49,7 +49,20 @@ from nodeforge.runner import (
 
 EVENTS = Path(__file__).resolve().parent / "data" / "runner_events"
 ARTIFACTS = "/state/runner/artifacts/20260102T030405-1-success"
-SCENARIOS = ("success", "failing", "rescued", "unreachable", "loop_handler", "notices", "acceptance", "canceled")
+SCENARIOS = (
+    "success",
+    "failing",
+    "rescued",
+    "unreachable",
+    "comes_and_goes",
+    "loop_handler",
+    "notices",
+    "acceptance",
+    "canceled",
+)
+REFUSED = (
+    "Task failed: Failed to connect to the host via ssh: ssh: connect to host 127.0.0.1 port 1: Connection refused"
+)
 CHECK_WARNING = (
     "warning: nodeforge check: command line (-e): all hosts, for hosts localnode, othernode: ofed_validate_certs: "
     "found false: TLS certificates are not validated for these downloads; expected true (the default); mirror with a "
@@ -372,8 +385,42 @@ def test_a_rescued_failure_is_no_failure_where_the_host_did_not_fail_in_the_end(
     }
 
 
+def test_a_host_rescued_then_unreachable_twice_keeps_each_unreachable_result(clock):
+    """deadnode's failure was rescued, then it went unreachable, its errors were cleared (meta: clear_host_errors) and
+    it went unreachable again: the rescued failure is gone, both unreachable results stay and count twice, as
+    Ansible's stats count them. The meta task, which runs on no host, is never shown; the last task, which Ansible
+    starts again for the host that rejoined, is shown again."""
+    play = "A run whose host comes and goes"
+    unreachable = {"host": "deadnode", "message": REFUSED, "unreachable": True}
+    assert state(replay("comes_and_goes")) == {
+        "play": play,
+        "task": "Touch the node again",
+        "tasks": [
+            (play, "Fail inside the block"),
+            (play, "Rescue the failure"),
+            (play, "Touch the node"),
+            (play, "Touch the node again"),
+            (play, "Touch the node again"),
+        ],
+        "counts": {
+            "localnode": counters(ok=3, rescued=1),
+            "deadnode": counters(ok=1, unreachable=2, rescued=1),
+        },
+        "failures": [
+            {**unreachable, "task": "Touch the node"},
+            {**unreachable, "task": "Touch the node again"},
+        ],
+        "changes": {},
+        "reboot_required": {},
+        "notices": {},
+        "acceptance": {},
+        "upgrade_plans": {},
+        "upgrade_records": {},
+    }
+
+
 @pytest.mark.parametrize(
-    "name", ["success", "failing", "rescued", "unreachable", "loop_handler", "notices", "acceptance"]
+    "name", ["success", "failing", "rescued", "unreachable", "comes_and_goes", "loop_handler", "notices", "acceptance"]
 )
 def test_the_progress_counts_agree_with_ansible_s_stats(name, clock):
     stats = recorded(name)["stats"]
@@ -489,6 +536,84 @@ def test_an_event_without_a_task_uuid_is_not_remembered(clock):
     progress = Progress()
     progress.handle({"event": "runner_on_ok", "event_data": {"host": "n1", "task": "T", "play": "P", "res": {}}})
     assert (progress._started, progress.tasks, dict(progress.counts)) == ({}, [("P", "T")], {"n1": counters(ok=1)})
+
+
+def unnamed(name: str) -> Progress:
+    """A Progress fed the recorded events of `name` with the task and play names taken out of each."""
+    progress = Progress()
+    for event in recorded(name)["events"]:
+        event["event_data"].pop("task", None)
+        event["event_data"].pop("play", None)
+        progress.handle(event)
+    return progress
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        (
+            "success",
+            {
+                "tasks": [("", "")] * 4,
+                "counts": {
+                    "localnode": counters(ok=4, changed=1, skipped=1),
+                    "othernode": counters(ok=3, changed=1, skipped=2),
+                },
+                "failures": [],
+                "changes": {"othernode": [""], "localnode": [""]},
+                "reboot_required": {"localnode": True, "othernode": False},
+            },
+        ),
+        (
+            "failing",
+            {
+                "tasks": [("", "")] * 4,
+                "counts": {
+                    "localnode": counters(ok=3, skipped=1, ignored=2),
+                    "othernode": counters(ok=1, failed=1, ignored=1),
+                },
+                "failures": [
+                    {"host": "othernode", "task": "", "message": "the node said no: othernode", "unreachable": False}
+                ],
+                "changes": {},
+                "reboot_required": {},
+            },
+        ),
+        (
+            "comes_and_goes",
+            {
+                "tasks": [("", "")] * 5,
+                "counts": {
+                    "localnode": counters(ok=3, rescued=1),
+                    "deadnode": counters(ok=1, unreachable=2, rescued=1),
+                },
+                "failures": [{"host": "deadnode", "task": "", "message": REFUSED, "unreachable": True}] * 2,
+                "changes": {},
+                "reboot_required": {},
+            },
+        ),
+    ],
+)
+def test_events_that_name_no_task_or_play_leave_the_names_empty(name, found, clock):
+    """A task and a play are names (strings) wherever they are kept: the tasks shown, the changes, the failures (the
+    --json document's failure task is a string); an event without one leaves it empty, never None."""
+    assert state(unnamed(name)) == {
+        "play": "",
+        "task": "",
+        **found,
+        "notices": {},
+        "acceptance": {},
+        "upgrade_plans": {},
+        "upgrade_records": {},
+    }
+
+
+def test_a_result_that_names_no_host_counts_under_an_empty_name(clock):
+    [ok] = [e for e in recorded("success")["events"] if e["event"] == "runner_on_ok" and e["counter"] == 6]
+    del ok["event_data"]["host"]
+    progress = Progress()
+    progress.handle(ok)
+    assert (dict(progress.counts), progress.tasks) == ({"": counters(ok=1)}, [("A run that succeeds", "Report ok")])
 
 
 def test_an_event_without_data_is_ignored():
@@ -921,6 +1046,57 @@ def test_sealed_artifacts_keep_the_command_without_the_environment_and_are_priva
         "artifacts/run1/job_events/1-a.json": 0o600,
         "artifacts/other": 0o755,  # another run's: not this one's to seal
     }
+
+
+def test_sealing_leaves_links_in_the_run_and_what_they_point_at_alone(tmp_path):
+    """A link in the run's artifacts (to a file or a directory outside them) is not followed: what it points at keeps
+    its mode; everything else of the run is sealed."""
+    outside_file, outside_dir = tmp_path / "outside.txt", tmp_path / "outside"
+    outside_file.write_text("x")
+    outside_dir.mkdir()
+    outside_file.chmod(0o644)
+    outside_dir.chmod(0o755)
+    run = tmp_path / "artifacts" / "run1"
+    (run / "fact_cache").mkdir(parents=True)
+    (run / "fact_cache" / "node-01").write_text("{}")
+    (run / "fact_cache" / "node-01").chmod(0o644)
+    (run / "link-to-file").symlink_to(outside_file)
+    (run / "link-to-dir").symlink_to(outside_dir)
+    _seal_artifacts(tmp_path / "artifacts", "run1")
+    assert (stat.S_IMODE(outside_file.stat().st_mode), stat.S_IMODE(outside_dir.stat().st_mode)) == (0o644, 0o755)
+    assert stat.S_IMODE((run / "fact_cache").stat().st_mode) == 0o700
+    assert stat.S_IMODE((run / "fact_cache" / "node-01").stat().st_mode) == 0o600
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700
+
+
+def test_a_role_s_notice_keeps_a_colon_in_its_own_name():
+    """A role task's name is its own (event_data names the role apart); a " : " in the name is part of it."""
+    [announce] = [
+        e
+        for e in recorded("notices")["events"]
+        if e["event"] == "runner_on_ok"
+        and e["event_data"].get("role")
+        and e["event_data"]["task"].startswith("Announce")
+    ]
+    for task in ("Announce the mode : lab", "demo : Announce the mode : lab"):
+        event = json.loads(json.dumps(announce))
+        event["event_data"]["task"] = task
+        progress = Progress()
+        progress.handle(event)
+        host = event["event_data"]["host"]
+        assert dict(progress.notices) == {host: ["role says: othernode restarts containerd"]}, task
+
+
+def test_sealing_a_run_twice_keeps_the_command_without_the_environment(tmp_path):
+    """A command already sealed (no environment left in it) is sealed again as it is."""
+    run = tmp_path / "artifacts" / "run1"
+    run.mkdir(parents=True)
+    (run / "command").write_text(json.dumps({"command": ["ansible-playbook"], "cwd": "/p", "env": {"TOKEN": "s"}}))
+    _seal_artifacts(tmp_path / "artifacts", "run1")
+    (run / "command").chmod(0o644)
+    _seal_artifacts(tmp_path / "artifacts", "run1")
+    assert json.loads((run / "command").read_text()) == {"command": ["ansible-playbook"], "cwd": "/p"}
+    assert stat.S_IMODE((run / "command").stat().st_mode) == 0o600
 
 
 def test_sealing_a_run_without_a_command_file_or_artifacts_leaves_nothing_behind(tmp_path):

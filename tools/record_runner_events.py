@@ -1,8 +1,9 @@
 """Record the ansible-runner events that tests/test_runner_events.py replays through nodeforge.runner.Progress.
 
 Each scenario is a small playbook run for real, through nodeforge.runner.run_playbook (the product's own call of
-ansible_runner.run_async), against hosts of this machine (the local connection) and, for the unreachable scenario, a
-host whose SSH port nothing listens on. For each run this writes tests/data/runner_events/<scenario>.json:
+ansible_runner.run_async), against hosts of this machine (the local connection) and, for the unreachable and
+comes_and_goes scenarios, a host whose SSH port nothing listens on. For each run this writes
+tests/data/runner_events/<scenario>.json:
 
     about, command, ansible_core, ansible_runner   how and with what it was recorded
     status, rc, stats, stdout                      what the ansible-runner Runner object said at the end (what
@@ -257,6 +258,30 @@ PLAYBOOKS = {
       ansible.builtin.command: sleep 120
       changed_when: false
 """,
+    # A host whose failure a rescue handles and that then goes unreachable; its errors cleared, unreachable again.
+    "comes_and_goes": """---
+- name: A run whose host comes and goes
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: A block with a rescue
+      block:
+        - name: Fail inside the block
+          ansible.builtin.fail:
+            msg: rescued later
+      rescue:
+        - name: Rescue the failure
+          ansible.builtin.debug:
+            msg: rescued
+    - name: Touch the node
+      ansible.builtin.command: "true"
+      changed_when: false
+    - name: Clear the host errors
+      ansible.builtin.meta: clear_host_errors
+    - name: Touch the node again
+      ansible.builtin.command: "true"
+      changed_when: false
+""",
     # A playbook ansible-playbook cannot parse: it fails before any host (rc 4).
     "parse_error": """---
 - name: A play
@@ -266,7 +291,7 @@ PLAYBOOKS = {
       ansible.builtin.debug: [
 """,
 }
-INVENTORIES = {"unreachable": DEAD_INVENTORY}
+INVENTORIES = {"unreachable": DEAD_INVENTORY, "comes_and_goes": DEAD_INVENTORY}
 EXTRAVARS: dict[str, dict[str, Any]] = {"notices": {"ofed_validate_certs": False}}
 CANCEL_AFTER_S = {"canceled": 6.0}
 

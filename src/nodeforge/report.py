@@ -124,7 +124,7 @@ def print_warnings(console: Console, warnings: list[Problem]) -> None:
 
 
 def print_problems(console: Console, problems: list[Problem]) -> None:
-    console.print(f"[red]{len(problems)} problem(s)[/red] found; no node was touched:")
+    console.print(f"[red]{len(problems)} problem(s)[/red] found; no node was touched:", highlight=False)
     for p in problems:
         console.print(f"  - {escape(str(p))}", highlight=False, soft_wrap=True)
 

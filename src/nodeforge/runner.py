@@ -274,7 +274,9 @@ class Progress:
             elif kind == "runner_on_ok":
                 for warning in res.get("warnings") or []:
                     self._notice(host, f"warning: {warning}")
-                task_name = data.get("task", "").rsplit(" : ", 1)[-1]
+                # The task's own name, without the "ROLE : " ansible-runner puts before a role's tasks.
+                task = data.get("task", "")
+                task_name = task.removeprefix(f"{data['role']} : ") if data.get("role") else task
                 if task_name.startswith(NOTICE_TASKS) and res.get("msg"):
                     msg = res["msg"]
                     self._notice(host, " ".join(map(str, msg)) if isinstance(msg, list) else msg)
@@ -585,14 +587,16 @@ def _seal_artifacts(artifacts: Path, ident: str) -> None:
         recorded = json.loads(command.read_text())
         recorded.pop("env", None)
         _write_private(command, json.dumps(recorded))
-    if artifacts.is_dir():
-        artifacts.chmod(0o700)
+    for directory in (artifacts, run_dir):
+        if directory.is_dir() and not directory.is_symlink():
+            directory.chmod(0o700)
+    # Each entry once, by its own mode; a link is left alone (chmod would follow it out of the run).
     for root, dirs, files in os.walk(run_dir):
-        os.chmod(root, 0o700)
-        for name in dirs:
-            os.chmod(os.path.join(root, name), 0o700)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o600)
+        for names, mode in ((dirs, 0o700), (files, 0o600)):
+            for name in names:
+                path = os.path.join(root, name)
+                if not os.path.islink(path):
+                    os.chmod(path, mode)
 
 
 def _result(playbook: str, runner: Any, progress: Progress, duration: float) -> RunResult:
