@@ -493,21 +493,16 @@ def test_an_hca_never_measured_is_reported_as_not_run_and_why():
 # The runner collects the report task's results
 
 
-def _event(kind: str, host: str, task: str, res: dict) -> dict:
-    return {"event": kind, "event_data": {"host": host, "task": task, "res": res}}
+def _event(kind: str, host: str, task: str, res: dict, role: str = "") -> dict:
+    """An event as ansible-runner sends it: the task by its own name, the role (if any) beside it."""
+    return {"event": kind, "event_data": {"host": host, "task": task, "res": res, **({"role": role} if role else {})}}
 
 
 def test_runner_collects_the_report_task_results_per_host():
     progress = Progress()
     results = [acceptance.check_result("nouveau", "pass", "not loaded", "not loaded")]
-    progress.handle(
-        _event(
-            "runner_on_ok",
-            "n1",
-            "nodeforge.gpu.validate : Report the acceptance checks",
-            {"ansible_facts": {"validate_results": results}, "msg": ["n1: PASS nouveau"]},
-        )
-    )
+    report = {"ansible_facts": {"validate_results": results}, "msg": ["n1: PASS nouveau"]}
+    progress.handle(_event("runner_on_ok", "n1", "Report the acceptance checks", report, role="validate"))
     # Another task's facts of that name do not count.
     progress.handle(_event("runner_on_ok", "n2", "Something else", {"ansible_facts": {"validate_results": results}}))
     assert progress.acceptance == {"n1": results}
