@@ -23,6 +23,7 @@ from tests.test_runner_events import (
     CHECK_WARNING,
     PLAN,
     RECORD,
+    REFUSAL,
     REFUSED,
     Clock,
     recorded,
@@ -646,14 +647,7 @@ def test_run_payload_of_a_failed_run(clock):
         "rc": 2,
         "duration_s": 2.35,
         "artifacts": ARTIFACTS,
-        "failures": [
-            {
-                "host": "othernode",
-                "task": "Refuse on purpose",
-                "message": "the node said no: othernode",
-                "unreachable": False,
-            }
-        ],
+        "failures": [REFUSAL],
         "changes": {},
         "reboot_required": {},
         "acceptance": {},

@@ -78,6 +78,15 @@ PLAN = {
     "components": [{"component": "toolkit", "from": "1.20.0", "to": "1.21.0", "action": "upgrade"}],
 }
 RECORD = {"step": "done", "at": "2026-01-02T03:04:05Z"}
+# What the acceptance run leaves: (acceptance, upgrade_plans, upgrade_records, reboot_required).
+FACTS = ({"localnode": ACCEPTANCE}, {"localnode": PLAN}, {"othernode": RECORD}, {"localnode": False, "othernode": True})
+# The failing run's one failure, as RunResult.as_dict() and the Progress state give it.
+REFUSAL = {
+    "host": "othernode",
+    "task": "Refuse on purpose",
+    "message": "the node said no: othernode",
+    "unreachable": False,
+}
 
 
 def recorded(name: str) -> dict[str, Any]:
@@ -207,14 +216,7 @@ def test_failures_ignored_failures_and_the_message_of_each(clock):
         ],
         # An ignored failure counts ok and ignored, as Ansible's stats count it.
         "counts": {"localnode": counters(ok=3, skipped=1, ignored=2), "othernode": counters(ok=1, failed=1, ignored=1)},
-        "failures": [
-            {
-                "host": "othernode",
-                "task": "Refuse on purpose",
-                "message": "the node said no: othernode",
-                "unreachable": False,
-            }
-        ],
+        "failures": [REFUSAL],
         "changes": {},
         "reboot_required": {},
         "notices": {},
@@ -701,12 +703,7 @@ def test_an_empty_change_or_notice_list_is_left_out_of_the_summary(clock):
     assert (progress.changes["localnode"], progress.notices["othernode"]) == ([], [])
     result = _result("/p.yml", RecordedRunner("acceptance"), progress, 0.0)
     assert (result.changes, result.notices) == ({}, {})
-    assert (result.acceptance, result.upgrade_plans, result.upgrade_records, result.reboot_required) == (
-        {"localnode": ACCEPTANCE},
-        {"localnode": PLAN},
-        {"othernode": RECORD},
-        {"localnode": False, "othernode": True},
-    )
+    assert (result.acceptance, result.upgrade_plans, result.upgrade_records, result.reboot_required) == FACTS
 
 
 def test_the_summary_s_collections_are_copies_of_the_progress(clock):
@@ -714,12 +711,7 @@ def test_the_summary_s_collections_are_copies_of_the_progress(clock):
     result = _result("/p.yml", RecordedRunner("acceptance"), progress, 0.0)
     for kept in (progress.acceptance, progress.upgrade_plans, progress.upgrade_records, progress.reboot_required):
         kept.clear()
-    assert (result.acceptance, result.upgrade_plans, result.upgrade_records, result.reboot_required) == (
-        {"localnode": ACCEPTANCE},
-        {"localnode": PLAN},
-        {"othernode": RECORD},
-        {"localnode": False, "othernode": True},
-    )
+    assert (result.acceptance, result.upgrade_plans, result.upgrade_records, result.reboot_required) == FACTS
 
 
 def test_a_canceled_run_without_stats_is_summed_up_from_the_events(clock):
