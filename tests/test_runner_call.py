@@ -34,17 +34,27 @@ class Recorder:
         self.kwargs: dict = {}
         self.seen: dict = {}
         self.done = threading.Event()
+        self.runs_for = 0.15
+        self.phases: list[
+            str
+        ] = []  # statuses the runner shows before "successful", 0.03 s each (ansible-runner's start)
+        self.ran = None
 
     def _play(self, gate: Path | None) -> None:
         """ansible-playbook's part: a run that takes a moment; a gated one reads the verdict the check wrote."""
         if gate is None:
-            self.done.wait(0.15)
+            self.done.wait(self.runs_for)
             return
+        for phase in self.phases:
+            self.ran.status = phase
+            self.done.wait(0.03)
+        self.ran.status = "running"
         for _ in range(500):
             if gate.exists():
                 self.seen["verdict"] = gate.read_text()
-                return
+                break
             self.done.wait(0.01)
+        self.ran.status = self.status
 
     def __call__(self, **kwargs):
         self.kwargs = kwargs
@@ -59,18 +69,20 @@ class Recorder:
             "extravars_mode": stat.S_IMODE(extravars.stat().st_mode),
         }
         artifacts = Path(kwargs["private_data_dir"]) / "artifacts" / kwargs["ident"]
-        artifacts.mkdir(parents=True)
+        artifacts.mkdir(parents=True, exist_ok=True)  # two runs of a test within a second share the ident
         (artifacts / "command").write_text(json.dumps({"command": ["ansible-playbook"], "env": {"TOKEN": "s"}}))
         gate = kwargs["envvars"].get(runner.GATE_ENV)
         thread = threading.Thread(target=self._play, args=(Path(gate) if gate else None,))
-        thread.start()
-        ran = SimpleNamespace(
+        ran = self.ran = SimpleNamespace(
             status=self.status,
             rc=0 if self.status == "successful" else 2,
             stats=STATS,
             config=SimpleNamespace(artifact_dir=str(artifacts)),
             stdout=io.StringIO(self.stdout),
         )
+        if self.phases:
+            ran.status = self.phases[0]
+        thread.start()
         return thread, ran
 
 
@@ -238,3 +250,162 @@ def test_the_run_s_artifacts_are_sealed_after_it(recorder, tmp_path):
     command = Path(result.artifacts) / "command"
     assert json.loads(command.read_text()) == {"command": ["ansible-playbook"]}
     assert stat.S_IMODE(command.stat().st_mode) == 0o600
+
+
+def test_the_operator_s_environment_and_ansible_cfg_keep_their_settings(recorder, tmp_path, monkeypatch):
+    """What the operator's environment (or opts.envvars) or ansible.cfg sets is theirs: nodeforge does not pass its
+    own value; their ansible.cfg's collections and fact cache are used; ANSIBLE_CONFIG given in envvars is the file."""
+    theirs = tmp_path / "theirs.cfg"
+    theirs.write_text(
+        "[defaults]\ncollections_path = /site/collections\nfact_caching = memory\n[tags]\nskip = always\n"
+        "[ssh_connection]\nssh_args = -o ControlMaster=no\n"
+    )
+    monkeypatch.setenv("ANSIBLE_PIPELINING", "False")
+    opts = RunOptions(envvars={"ANSIBLE_CONFIG": str(theirs)})
+    calls = []
+    run_playbook(str(bare_playbook(tmp_path)), opts, install_signal_handlers=False, gate=lambda: calls.append(1))
+    envvars = recorder.kwargs["envvars"]
+    assert envvars["ANSIBLE_CONFIG"] == str(theirs)
+    assert envvars["ANSIBLE_COLLECTIONS_PATH"] == os.pathsep.join([str(content.collections_dir()), "/site/collections"])
+    assert "ANSIBLE_PIPELINING" not in envvars and "ANSIBLE_SSH_ARGS" not in envvars
+    assert (recorder.kwargs["fact_cache_type"], "fact_cache" in recorder.kwargs) == ("memory", False)
+    assert calls == [1]  # checked before the run
+
+
+def test_their_ansible_cfg_skipping_always_means_the_check_runs_before(recorder, tmp_path, monkeypatch):
+    (tmp_path / "ansible.cfg").write_text("[tags]\nskip = always\n")
+    playbook = tmp_path / "site.yml"
+    playbook.write_text(f"- ansible.builtin.import_playbook: {VALIDATION_PLAYBOOK}\n- hosts: all\n  tasks: []\n")
+    run_playbook(str(playbook), RunOptions(), install_signal_handlers=False, gate=lambda: None)
+    assert GATE_ENV not in recorder.kwargs["envvars"]
+
+
+def test_without_an_ansible_cfg_none_is_named_and_path_is_extended(recorder, tmp_path, monkeypatch):
+    monkeypatch.delenv("ANSIBLE_CONFIG")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ansible.cfg").unlink()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(runner.ansible_settings, "operator_config", lambda environ: None)
+    monkeypatch.setenv("PATH", "/opt/site/bin:/usr/bin")
+    run_playbook(str(bare_playbook(tmp_path)), RunOptions(), install_signal_handlers=False)
+    envvars = recorder.kwargs["envvars"]
+    assert "ANSIBLE_CONFIG" not in envvars
+    assert envvars["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/opt/site/bin:/usr/bin"])
+    monkeypatch.delenv("PATH")
+    run_playbook(str(bare_playbook(tmp_path)), RunOptions(), install_signal_handlers=False)
+    assert recorder.kwargs["envvars"]["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), os.defpath])
+
+
+def test_a_playbook_by_name_path_or_relative_path(recorder, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_playbook("site.yml", RunOptions(), install_signal_handlers=False)  # not here: the shipped one
+    assert recorder.kwargs["playbook"] == str(content.playbook("site.yml").resolve())
+    (tmp_path / "site.yml").write_text("- hosts: all\n  tasks: []\n")
+    result = run_playbook("site.yml", RunOptions(), install_signal_handlers=False)  # here: this one
+    assert (recorder.kwargs["playbook"], result.playbook) == (str(tmp_path / "site.yml"), "site.yml")
+    absolute = bare_playbook(tmp_path)
+    result = run_playbook(str(absolute), RunOptions(), install_signal_handlers=False)
+    assert (recorder.kwargs["playbook"], result.playbook) == (str(absolute), str(absolute))
+    assert 0 <= result.duration_s < 60
+
+
+def test_runs_one_after_another_share_the_private_directories(recorder, tmp_path):
+    """A second run finds the state directory, its settings file and the gates directory there: no error, each
+    private (0700), the settings ansible-runner reads rewritten."""
+    playbook = tmp_path / "site.yml"
+    playbook.write_text(f"- ansible.builtin.import_playbook: {VALIDATION_PLAYBOOK}\n- hosts: all\n  tasks: []\n")
+    for _ in range(2):
+        run_playbook(str(playbook), RunOptions(), install_signal_handlers=False, gate=lambda: None)
+    private = tmp_path / "state" / "runner"
+    assert json.loads((private / "env" / "settings").read_text()) == {"pexpect_timeout": runner.PEXPECT_TIMEOUT_S}
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (private, private / "gates", private / "env")}
+    assert modes == {"runner": 0o700, "gates": 0o700, "env": 0o700}
+
+
+def test_an_operator_s_inline_extra_vars_reach_the_run_through_private_files_removed_after(
+    recorder, tmp_path, monkeypatch
+):
+    seen = {}
+    original = recorder.__call__
+
+    def keep(**kwargs):
+        words = kwargs["cmdline"].split()
+        files = [Path(w[1:]) for w in words if w.startswith("@")]
+        seen.update(
+            files=files, texts=[f.read_text() for f in files], modes=[stat.S_IMODE(f.stat().st_mode) for f in files]
+        )
+        return original(**kwargs)
+
+    monkeypatch.setattr(runner.ansible_runner, "run_async", keep)
+    monkeypatch.chdir(tmp_path)
+    opts = RunOptions(inventory="hosts.yml", extra_vars_args=("a=1 b=two", '{"c": 3}'))
+    (tmp_path / "hosts.yml").write_text("all: {}\n")
+    run_playbook(str(bare_playbook(tmp_path)), opts, install_signal_handlers=False)
+    ident = recorder.kwargs["ident"]
+    private = tmp_path / "state" / "runner" / "extravars"
+    assert seen["files"] == [private / f"{ident}.0.yml", private / f"{ident}.1.yml"]
+    assert (seen["texts"], seen["modes"]) == (['{"a": "1", "b": "two"}', '{"c": 3}'], [0o600, 0o600])
+    assert not any(f.exists() for f in seen["files"])
+    assert recorder.kwargs["inventory"] == [str(tmp_path / "hosts.yml")]
+
+
+def test_a_refused_check_in_a_gated_run_stops_it_and_raises(recorder, tmp_path):
+    playbook = tmp_path / "site.yml"
+    playbook.write_text(f"- ansible.builtin.import_playbook: {VALIDATION_PLAYBOOK}\n- hosts: all\n  tasks: []\n")
+    canceller = Canceller()
+
+    def refuse() -> None:
+        raise SystemExit(2)
+
+    with pytest.raises(SystemExit):
+        run_playbook(str(playbook), RunOptions(), canceller=canceller, install_signal_handlers=False, gate=refuse)
+    assert canceller() is True
+    assert recorder.seen["verdict"] == "refuse"
+
+
+def test_files_the_run_already_removed_are_no_error(recorder, tmp_path, monkeypatch):
+    original = recorder.__call__
+
+    def removes(**kwargs):
+        answer = original(**kwargs)
+        Path(kwargs["extravars"]).unlink()  # as a cleanup of the run's own would
+        return answer
+
+    monkeypatch.setattr(runner.ansible_runner, "run_async", removes)
+    result = run_playbook(str(bare_playbook(tmp_path)), RunOptions(), install_signal_handlers=False)
+    assert result.status == "successful"
+
+
+def test_the_caller_sees_the_progress_about_every_tenth_of_a_second(recorder, tmp_path):
+    recorder.runs_for = 0.35
+    ticks = []
+    run_playbook(str(bare_playbook(tmp_path)), RunOptions(), install_signal_handlers=False, on_tick=ticks.append)
+    assert len(ticks) >= 2
+
+
+def test_settings_given_in_envvars_count_as_the_caller_s(recorder, tmp_path):
+    """The caller's envvars (the lab's, say) are part of the environment nodeforge reads its settings against: a
+    fact cache plugin named there is the run's, and a control-socket directory named there is the one verified."""
+    opts = RunOptions(envvars={"ANSIBLE_CACHE_PLUGIN": "memory"})
+    run_playbook(str(bare_playbook(tmp_path)), opts, install_signal_handlers=False)
+    assert (recorder.kwargs["fact_cache_type"], "fact_cache" in recorder.kwargs) == ("memory", False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    opts = RunOptions(envvars={"ANSIBLE_SSH_CONTROL_PATH_DIR": str(shared)})
+    with pytest.raises(ansible_settings.UnsafeControlPathDir):
+        run_playbook(str(bare_playbook(tmp_path)), opts, install_signal_handlers=False)
+
+
+def test_the_check_starts_once_ansible_runner_has_started_ansible_playbook(recorder, tmp_path):
+    """While ansible-runner prepares (unstarted, starting) the check waits, polling every few milliseconds: it runs
+    once the runner is running, promptly."""
+    recorder.phases = ["unstarted", "starting"]
+    playbook = tmp_path / "site.yml"
+    playbook.write_text(f"- ansible.builtin.import_playbook: {VALIDATION_PLAYBOOK}\n- hosts: all\n  tasks: []\n")
+    seen = []
+    run_playbook(
+        str(playbook), RunOptions(), install_signal_handlers=False, gate=lambda: seen.append(recorder.ran.status)
+    )
+    assert seen == ["running"]
+    assert recorder.seen["verdict"] == "pass"
