@@ -193,9 +193,7 @@ def node_plan(
         if versions.get("na"):
             entries.append({"component": name, "from": "", "to": "", "action": "refused", "reason": versions["na"]})
         else:
-            entries.append(
-                component_plan(name, versions.get("installed"), versions.get("target"), allow_downgrade)
-            )
+            entries.append(component_plan(name, versions.get("installed"), versions.get("target"), allow_downgrade))
     refused = [f"{e['component']}: {e['reason']}" for e in entries if e["action"] == "refused"]
     moving = [e for e in entries if e["action"] in ("upgrade", "downgrade")]
     if unfinished and not resume:
