@@ -284,7 +284,6 @@ def test_without_an_ansible_cfg_none_is_named_and_path_is_extended(recorder, tmp
     monkeypatch.delenv("ANSIBLE_CONFIG")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ansible.cfg").unlink()
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(runner.ansible_settings, "operator_config", lambda environ: None)
     monkeypatch.setenv("PATH", "/opt/site/bin:/usr/bin")
     run_playbook(str(bare_playbook(tmp_path)), RunOptions(), install_signal_handlers=False)
