@@ -274,7 +274,8 @@ class Progress:
             elif kind == "runner_on_ok":
                 for warning in res.get("warnings") or []:
                     self._notice(host, f"warning: {warning}")
-                # The task's own name, without the "ROLE : " ansible-runner puts before a role's tasks.
+                # The task's own name. ansible-runner 2.4 sends it as is with the role beside it; a "ROLE : " prefix
+                # (older callbacks) is taken off, but a " : " that is part of the name stays.
                 task = data.get("task", "")
                 task_name = task.removeprefix(f"{data['role']} : ") if data.get("role") else task
                 if task_name.startswith(NOTICE_TASKS) and res.get("msg"):
