@@ -2,14 +2,23 @@
 # Runs one molecule scenario with the shared config, from the repository root.
 #   molecule/run.sh SCENARIO [COMMAND [ARGS...]]     COMMAND defaults to `test`
 #   e.g. molecule/run.sh preflight; molecule/run.sh preflight converge; molecule/run.sh preflight login
-# MOLECULE_DISTRO picks another (already present) image. Without it, the scenario runs on its family's image
-# (molecule/images.yml: the base image with its prepare.yml's preconditions baked, lab/images/build.sh) or on the base
-# image; both are built or validated first. NODEFORGE_FAMILY_IMAGES=0 runs every scenario on the base image.
+# NODEFORGE_NODE_OS picks the node OS (debian12, the default, debian13, or rocky8/rocky9 of the EL tier:
+# lab/base-image/build.sh builds its base image); the verifier sees the same variable. MOLECULE_DISTRO picks another (already present) image. Without it, the
+# scenario runs on its family's image (molecule/images.yml: the base image with its prepare.yml's preconditions baked,
+# lab/images/build.sh) or on the base image; both are built or validated first. NODEFORGE_FAMILY_IMAGES=0 runs every
+# scenario on the base image.
+# One scenario runs once at a time on a machine, whatever its OS (its container and instance are named after the
+# scenario): a second run of it waits for the first.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
-default_image=localhost/nodeforge-debian12:latest
+export NODEFORGE_NODE_OS=${NODEFORGE_NODE_OS:-debian12}
+case $NODEFORGE_NODE_OS in
+  debian12 | debian13 | rocky8 | rocky9) ;;
+  *) echo "error: NODEFORGE_NODE_OS=$NODEFORGE_NODE_OS: the scenarios run on debian12, debian13, rocky8 or rocky9" >&2; exit 2 ;;
+esac
+default_image=localhost/nodeforge-$NODEFORGE_NODE_OS:latest
 base_config=$repo/molecule/shared/base.yml
 
 usage() { echo "usage: $0 SCENARIO [COMMAND [ARGS...]]" >&2; exit 2; }
@@ -34,24 +43,34 @@ if [[ -x $venv/bin/molecule ]]; then
 fi
 command -v molecule >/dev/null || { echo "error: molecule is not installed (see pyproject.toml [dev])" >&2; exit 1; }
 
-image=${MOLECULE_DISTRO:-$default_image}
+chosen=${MOLECULE_DISTRO:-}
+image=${chosen:-$default_image}
 if [[ $image == "$default_image" ]]; then
   NODEFORGE_BASE_IMAGE=$default_image bash "$repo/lab/base-image/build.sh"
 fi
-if [[ -z ${MOLECULE_DISTRO:-} && ${NODEFORGE_FAMILY_IMAGES:-1} != 0 ]]; then
+if [[ -z $chosen && ${NODEFORGE_FAMILY_IMAGES:-1} != 0 ]]; then
   python=$(command -v python3)
   [[ -x $venv/bin/python ]] && python=$venv/bin/python
   family=$("$python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["families"].get(sys.argv[2], ""))' \
     "$repo/molecule/images.yml" "$scenario")
   if [[ -n $family ]]; then
     image=$(NODEFORGE_BASE_IMAGE=$default_image bash "$repo/lab/images/build.sh" "$family" | tail -1)
-    export MOLECULE_DISTRO=$image
   fi
 fi
+# molecule/shared/base.yml's platform names the Debian 12 image when MOLECULE_DISTRO is unset.
+export MOLECULE_DISTRO=$image
 if ! podman image exists "$image"; then
   echo "error: image $image is not present (it is never pulled: build it locally)" >&2
   exit 1
 fi
+
+# Each OS keeps its own molecule state (the instance config, the fixture repository built for it).
+if [[ $NODEFORGE_NODE_OS != debian12 ]]; then
+  export MOLECULE_EPHEMERAL_DIRECTORY=${XDG_CACHE_HOME:-$HOME/.cache}/molecule/nodeforge-$NODEFORGE_NODE_OS/$scenario
+fi
+mkdir -p /var/tmp/nodeforge-molecule
+exec 8>"/var/tmp/nodeforge-molecule/$scenario.lock"
+flock 8
 
 cd "$repo"
 exec molecule --base-config "$base_config" "$command" --scenario-name "$scenario" "$@"

@@ -347,7 +347,7 @@ def test_preflight_result_lists_every_unmet_expectation():
     )
     assert result["passed"] is False
     assert result["unmet"] == [
-        "OS Debian 11.9 is not supported (supported: Debian 12, Ubuntu 22.04/24.04, RedHat 8/9, Rocky 8/9)",
+        "OS Debian 11.9 is not supported (supported: Debian 12/13, Ubuntu 22.04/24.04, RedHat 8/9, Rocky 8/9)",
         "nodeforge_os is rhel9 in the inventory, but the node runs debian11",
         "kernel headers for the running kernel 6.1.0-56-amd64 are not installable (linux-headers-6.1.0-56-amd64: "
         "no candidate in the apt lists: an unknown package, or stale lists (preflight does not run apt-get update)); "

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything nodeforge and its tests need on a fresh Debian 12 machine (root): apt packages,
-# the virtualenv (.venv) and the Debian 12 systemd base image. Each step is skipped when already current.
+# the virtualenv (.venv) and the Debian 12 and Debian 13 systemd base images. Each step is skipped when already current.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# rpm (rpmbuild, rpmsign), createrepo-c and python3-yaml: the EL tier's fixture RPM repositories and images
+# (molecule/fixture_repo/fixture_rpm.py, lab/base-image/el.sh).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs conmon containernetworking-plugins
-  dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng qemu-system-x86 qemu-utils)
+  dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng qemu-system-x86 qemu-utils
+  rpm createrepo-c python3-yaml)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -48,11 +51,14 @@ fi
 # machine 74 s and 71 s one after the other, 76 s side by side. Its output follows pip's; its failure fails
 # setup.
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
+# Debian 13's base image (the scenarios molecule/images.yml runs on it too) builds beside them.
 mkdir -p build
 bash lab/base-image/build.sh >build/base-image.log 2>&1 &
 image=$!
-# A failed pip install still waits for the build: nothing of it is left running half-way.
-trap 'wait $image 2>/dev/null || true' EXIT
+NODEFORGE_NODE_OS=debian13 bash lab/base-image/build.sh >build/base-image-debian13.log 2>&1 &
+image13=$!
+# A failed pip install still waits for the builds: nothing of them is left running half-way.
+trap 'wait $image $image13 2>/dev/null || true' EXIT
 
 stamp=.venv/.nodeforge-installed
 want=$(sha256sum pyproject.toml | cut -c1-16)
@@ -66,9 +72,15 @@ fi
 
 image_status=0
 wait $image || image_status=$?
+image13_status=0
+wait $image13 || image13_status=$?
 trap - EXIT
-cat build/base-image.log
+cat build/base-image.log build/base-image-debian13.log
 if ((image_status != 0)); then
   echo "setup: lab/base-image/build.sh failed (exit $image_status, output above)" >&2
   exit "$image_status"
+fi
+if ((image13_status != 0)); then
+  echo "setup: NODEFORGE_NODE_OS=debian13 lab/base-image/build.sh failed (exit $image13_status, output above)" >&2
+  exit "$image13_status"
 fi

@@ -1,16 +1,30 @@
 #!/usr/bin/env bash
-# Builds the Debian 12 systemd base image used by the molecule scenarios and the lab.
-# Cached: the image carries the sha256 of this script as a label and is rebuilt only when the script changes
-# (or when NODEFORGE_REBUILD_IMAGE=1).
+# Builds a Debian systemd base image for the molecule scenarios and the lab: Debian 12 (bookworm) by default, Debian
+# 13 (trixie) with NODEFORGE_NODE_OS=debian13. The image is localhost/nodeforge-<os>:latest unless
+# NODEFORGE_BASE_IMAGE names another.
+# Cached: the image carries the sha256 of this script (and of the suite it was built from) as a label and is rebuilt
+# only when the script changes (or when NODEFORGE_REBUILD_IMAGE=1).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-debian12:latest}
+node_os=${NODEFORGE_NODE_OS:-debian12}
+case $node_os in
+  debian12) suite=bookworm ;;
+  debian13) suite=trixie ;;
+  # The EL tier: Debian 12 (whose dnf 4.14 is EL 9's) with Rocky's identity and rpm database (el.sh).
+  rocky8 | rocky9) suite=bookworm el=1 ;;
+  *) echo "error: NODEFORGE_NODE_OS=$node_os: a base image is built for debian12, debian13, rocky8 or rocky9" >&2; exit 2 ;;
+esac
+el=${el:-0}
+extra=""
+((el)) && extra=",dnf,dnf-plugins-core,rpm,python3-dnf"
+image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-$node_os:latest}
 mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
 
-sum=$(cat "$0" "$here/apt-proxy-detect" | sha256sum | cut -c1-16)
+sum=$( (echo "$node_os"; cat "$0" "$here/apt-proxy-detect" "$here/el.sh" "$here/el-userland.yml" \
+  "$repo/molecule/fixture_repo/fixture_rpm.py") | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Config.Labels "org.nodeforge.build-sha" }}' "$image" 2>/dev/null || true)
 if [[ "$current" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
   echo "base image $image is current ($sum)"
@@ -23,17 +37,19 @@ done
 
 root=$(mktemp -d /var/tmp/nodeforge-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-echo "debootstrap bookworm into $root (about a minute)"
+echo "debootstrap $suite into $root (about a minute)"
+# gpgv for the verifiers (molecule/shared/verify_lib.py checks apt's signed indexes with it): Debian 13's apt verifies
+# with sqv and no longer brings it. No role uses it.
 debootstrap --variant=minbase \
-  --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,iproute2,pciutils,kmod,openssh-server \
-  bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+  --include=python3,python3-apt,systemd,systemd-sysv,dbus,sudo,ca-certificates,gnupg,gpgv,iproute2,pciutils,kmod,openssh-server$extra \
+  "$suite" "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 rm -f "$root.log"
 
 # Non-free components are what the driver roles install from; deb-src is not needed.
 cat >"$root/etc/apt/sources.list" <<SRC
-deb $mirror bookworm main contrib non-free non-free-firmware
-deb $mirror bookworm-updates main contrib non-free non-free-firmware
-deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware
+deb $mirror $suite main contrib non-free non-free-firmware
+deb $mirror $suite-updates main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security $suite-security main contrib non-free non-free-firmware
 SRC
 # Units that cannot work in a container and would keep systemd from reaching "running".
 for unit in systemd-remount-fs.service getty.target console-getty.service systemd-udevd.service \
@@ -68,6 +84,8 @@ rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 # Empty lists must look stale: apt's cache_valid_time reads the age of this directory, and an image built less than
 # an hour ago would otherwise skip the first `apt-get update` and find no packages at all.
 touch -d @0 "$root/var/lib/apt/lists"
+
+((el)) && bash "$here/el.sh" "$root" "$node_os"
 
 tar -C "$root" -c . | podman import \
   --change 'CMD ["/sbin/init"]' \

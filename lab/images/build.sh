@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds a scenario family's image: the Debian 12 base image (lab/base-image/build.sh) with the preconditions that the
+# Builds a scenario family's image: the node OS's base image (lab/base-image/build.sh; NODEFORGE_NODE_OS, debian12 by
+# default) with the preconditions that the
 # family's prepare.yml installs already installed, so that each scenario run finds them present instead of installing
 # them again. molecule/images.yml maps scenarios to families; molecule/run.sh calls this.
-#   lab/images/build.sh FAMILY        builds localhost/nodeforge-debian12-FAMILY:latest if needed; prints its name last
+#   lab/images/build.sh FAMILY        builds localhost/nodeforge-<os>-FAMILY:latest if needed; prints its name last
 # The recipe is lab/images/FAMILY.sh, run as root in a container of the base image on podman's network (so Debian's
 # packages come through the harness's package cache when it runs, tools/apt_cache.py). Cached like the base image:
 # the image carries the sha256 of the base image's build sha, this script and the recipe, and is rebuilt only when one
@@ -11,14 +12,16 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-base=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-debian12:latest}
+node_os=${NODEFORGE_NODE_OS:-debian12}
+[[ $node_os =~ ^[a-z0-9.]+$ ]] || { echo "error: NODEFORGE_NODE_OS=$node_os is not an OS id such as debian13" >&2; exit 2; }
+base=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-$node_os:latest}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
 
 [[ $# -eq 1 && $1 =~ ^[a-z0-9_]+$ ]] || { echo "usage: $0 FAMILY (a recipe lab/images/FAMILY.sh)" >&2; exit 2; }
 family=$1
 recipe=$here/$family.sh
 [[ -f $recipe ]] || { echo "error: no recipe $recipe" >&2; exit 2; }
-image=localhost/nodeforge-debian12-${family//_/-}:latest
+image=localhost/nodeforge-${node_os//./}-${family//_/-}:latest
 
 label() { podman image inspect --format "{{ index .Config.Labels \"org.nodeforge.build-sha\" }}" "$1" 2>/dev/null || true; }
 base_sum=$(label "$base")
@@ -27,7 +30,7 @@ sum=$( (echo "$base_sum"; cat "$0" "$recipe") | sha256sum | cut -c1-16)
 
 # Two scenarios of one family may start at once (pytest -n 2): one builds, the other waits and reuses.
 mkdir -p /var/tmp/nodeforge-images
-exec 9>"/var/tmp/nodeforge-images/$family.lock"
+exec 9>"/var/tmp/nodeforge-images/$node_os-$family.lock"
 flock 9
 
 if [[ "$(label "$image")" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
@@ -43,7 +46,7 @@ started=$SECONDS
 # No init: the recipe only installs; a policy-rc.d keeps package scripts from starting services (each scenario's
 # prepare.yml starts what it needs, with its own configuration). Removed again, with apt's downloads and lists: the
 # lists must look stale, as in the base image (an hour-old image must not make cache_valid_time skip an update).
-podman run --name "$container" --network podman -i "$base" bash -euo pipefail -s >"/var/tmp/nodeforge-images/$family.log" 2>&1 <<SCRIPT || {
+podman run --name "$container" --network podman -i "$base" bash -euo pipefail -s >"/var/tmp/nodeforge-images/$node_os-$family.log" 2>&1 <<SCRIPT || {
 printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
 export DEBIAN_FRONTEND=noninteractive
 $(cat "$recipe")
@@ -52,8 +55,8 @@ apt-get clean
 rm -rf /var/lib/apt/lists/*
 touch -d @0 /var/lib/apt/lists
 SCRIPT
-  tail -30 "/var/tmp/nodeforge-images/$family.log" >&2
-  echo "error: recipe lab/images/$family.sh failed (log: /var/tmp/nodeforge-images/$family.log)" >&2
+  tail -30 "/var/tmp/nodeforge-images/$node_os-$family.log" >&2
+  echo "error: recipe lab/images/$family.sh failed (log: /var/tmp/nodeforge-images/$node_os-$family.log)" >&2
   exit 1
 }
 podman commit -q \

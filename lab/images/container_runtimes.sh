@@ -4,5 +4,7 @@
 # daemon.json first, then starts and enables them (with the units enabled here, dockerd would start at boot with a
 # configuration prepare.yml has not written yet).
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends containerd docker.io >/dev/null
+# Debian 13 ships the docker CLI as docker-cli (Debian 12's docker.io carries it).
+cli=$(apt-cache show docker-cli >/dev/null 2>&1 && echo docker-cli || true)
+apt-get install -y -qq --no-install-recommends containerd docker.io $cli >/dev/null
 rm -f /etc/systemd/system/multi-user.target.wants/containerd.service /etc/systemd/system/multi-user.target.wants/docker.service

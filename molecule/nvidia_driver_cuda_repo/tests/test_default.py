@@ -25,7 +25,8 @@ FIXTURE_KEYRING = (
 )
 
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
-SOURCE_LIST = "/etc/apt/sources.list.d/cuda-debian12-x86_64.list"
+# cuda-keyring's own list, named after the repository (debian12, debian13: molecule/run.sh's NODEFORGE_NODE_OS).
+SOURCE_LIST = f"/etc/apt/sources.list.d/cuda-{os.environ.get('NODEFORGE_NODE_OS', 'debian12')}-x86_64.list"
 REPO_URL = "http://127.0.0.1:8081/"
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-driver"
 FACTS = "/root/nvidia_driver_facts.json"

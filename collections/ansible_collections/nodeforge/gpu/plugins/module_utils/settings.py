@@ -50,8 +50,9 @@ def _own_or_manifest(m: HostModel, name: str, manifest_value: Any, manifest_path
 
 
 def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
-    """Stack, version and sources; node: {os_id: e.g. debian12, inbox_names: Debian name -> this OS's name,
-    installed_stack: doca | mlnx_ofed | inbox | none | "" (not read yet)}."""
+    """Stack, version and sources; node: {os_id: e.g. debian12, mlnx_os_id: MLNX_OFED's label where it differs
+    (rhel9.4: its EL tarballs are per minor release, DOCA's repositories per major), inbox_names: Debian name -> this
+    OS's name, installed_stack: doca | mlnx_ofed | inbox | none | "" (not read yet)}."""
     manifest = table(m.manifest, "ofed")
     mode = m.get("ofed_mode")
     mode_text = _text(mode.value) if mode else ""
@@ -64,12 +65,14 @@ def ofed(m: HostModel, node: Mapping[str, Any]) -> dict:
     distro = _text(table(manifest, "distros").get(os_id)) or os_id
     own_version = _text(m.variables.get("ofed_version"))
 
+    mlnx_distro = _text(node.get("mlnx_os_id")) or distro
+
     def source_url(kind: str, own: str) -> str:
         if own:
             return own
         url = _text(table(manifest, kind).get("baseurl" if kind == "doca" else "url"))
         return url.replace("{version}", own_version or _text(table(manifest, kind).get("version"))).replace(
-            "{distro}", distro
+            "{distro}", distro if kind == "doca" else mlnx_distro
         )
 
     mlnx_url_own = _text(m.variables.get("ofed_mlnx_ofed_url"))
