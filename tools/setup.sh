@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything nodeforge and its tests need on a fresh Debian 12 machine (root): apt packages,
-# the virtualenv (.venv) and the Debian 12 and Debian 13 systemd base images. Each step is skipped when already current.
+# the virtualenv (.venv) and the systemd base images of the node OSes the tests run (Debian 12 and 13, Rocky 9 and
+# Ubuntu 24.04 identities: docs/testing.md, "Node OSes"). Each step is skipped when already current.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,14 +52,17 @@ fi
 # machine 74 s and 71 s one after the other, 76 s side by side. Its output follows pip's; its failure fails
 # setup.
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
-# Debian 13's base image (the scenarios molecule/images.yml runs on it too) builds beside them.
+# The other node OSes' base images (molecule/images.yml's node_oses: the scenarios that run on them too) build beside
+# them: debootstrap waits on Debian's mirrors more than on the CPU.
 mkdir -p build
-bash lab/base-image/build.sh >build/base-image.log 2>&1 &
-image=$!
-NODEFORGE_NODE_OS=debian13 bash lab/base-image/build.sh >build/base-image-debian13.log 2>&1 &
-image13=$!
+NODE_OSES=(debian12 debian13 rocky9 ubuntu24.04)
+declare -A builds
+for node_os in "${NODE_OSES[@]}"; do
+  NODEFORGE_NODE_OS=$node_os bash lab/base-image/build.sh >"build/base-image-$node_os.log" 2>&1 &
+  builds[$node_os]=$!
+done
 # A failed pip install still waits for the builds: nothing of them is left running half-way.
-trap 'wait $image $image13 2>/dev/null || true' EXIT
+trap 'wait "${builds[@]}" 2>/dev/null || true' EXIT
 
 stamp=.venv/.nodeforge-installed
 want=$(sha256sum pyproject.toml | cut -c1-16)
@@ -70,17 +74,15 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "$want" >"$stamp"
 fi
 
-image_status=0
-wait $image || image_status=$?
-image13_status=0
-wait $image13 || image13_status=$?
+failed=0
+for node_os in "${NODE_OSES[@]}"; do
+  status=0
+  wait "${builds[$node_os]}" || status=$?
+  cat "build/base-image-$node_os.log"
+  if ((status != 0)); then
+    echo "setup: NODEFORGE_NODE_OS=$node_os lab/base-image/build.sh failed (exit $status, output above)" >&2
+    failed=$status
+  fi
+done
 trap - EXIT
-cat build/base-image.log build/base-image-debian13.log
-if ((image_status != 0)); then
-  echo "setup: lab/base-image/build.sh failed (exit $image_status, output above)" >&2
-  exit "$image_status"
-fi
-if ((image13_status != 0)); then
-  echo "setup: NODEFORGE_NODE_OS=debian13 lab/base-image/build.sh failed (exit $image13_status, output above)" >&2
-  exit "$image13_status"
-fi
+((failed == 0)) || exit "$failed"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds a Debian systemd base image for the molecule scenarios and the lab: Debian 12 (bookworm) by default, Debian
-# 13 (trixie) with NODEFORGE_NODE_OS=debian13. The image is localhost/nodeforge-<os>:latest unless
-# NODEFORGE_BASE_IMAGE names another.
+# Builds a systemd base image for the molecule scenarios and the lab: Debian 12 (bookworm) by default, Debian 13
+# (trixie) with NODEFORGE_NODE_OS=debian13; rocky8/rocky9 (the EL tier, el.sh) and ubuntu22.04/ubuntu24.04 (ubuntu.sh)
+# are Debian with another OS's identity (docs/testing.md, "Node OSes"). The image is localhost/nodeforge-<os>:latest
+# unless NODEFORGE_BASE_IMAGE names another.
 # Cached: the image carries the sha256 of this script (and of the suite it was built from) as a label and is rebuilt
 # only when the script changes (or when NODEFORGE_REBUILD_IMAGE=1).
 set -euo pipefail
@@ -14,9 +15,17 @@ case $node_os in
   debian13) suite=trixie ;;
   # The EL tier: Debian 12 (whose dnf 4.14 is EL 9's) with Rocky's identity and rpm database (el.sh).
   rocky8 | rocky9) suite=bookworm el=1 ;;
-  *) echo "error: NODEFORGE_NODE_OS=$node_os: a base image is built for debian12, debian13, rocky8 or rocky9" >&2; exit 2 ;;
+  # Ubuntu's identity over the Debian release closest to it (ubuntu.sh).
+  ubuntu22.04) suite=bookworm ubuntu=1 ;;
+  ubuntu24.04) suite=trixie ubuntu=1 ;;
+  *)
+    echo "error: NODEFORGE_NODE_OS=$node_os: a base image is built for debian12, debian13, rocky8, rocky9," \
+      "ubuntu22.04 or ubuntu24.04" >&2
+    exit 2
+    ;;
 esac
 el=${el:-0}
+ubuntu=${ubuntu:-0}
 extra=""
 ((el)) && extra=",dnf,dnf-plugins-core,rpm,python3-dnf"
 image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-$node_os:latest}
@@ -24,7 +33,7 @@ mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
 
 sum=$( (echo "$node_os"; cat "$0" "$here/apt-proxy-detect" "$here/el.sh" "$here/el-userland.yml" \
-  "$repo/molecule/fixture_repo/fixture_rpm.py") | sha256sum | cut -c1-16)
+  "$here/ubuntu.sh" "$repo/molecule/fixture_repo/fixture_rpm.py") | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Config.Labels "org.nodeforge.build-sha" }}' "$image" 2>/dev/null || true)
 if [[ "$current" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
   echo "base image $image is current ($sum)"
@@ -86,6 +95,7 @@ rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 touch -d @0 "$root/var/lib/apt/lists"
 
 ((el)) && bash "$here/el.sh" "$root" "$node_os"
+((ubuntu)) && bash "$here/ubuntu.sh" "$root" "$node_os"
 
 tar -C "$root" -c . | podman import \
   --change 'CMD ["/sbin/init"]' \

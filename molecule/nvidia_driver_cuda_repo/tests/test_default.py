@@ -25,8 +25,9 @@ FIXTURE_KEYRING = (
 )
 
 KEYRING = "/usr/share/keyrings/cuda-archive-keyring.gpg"
-# cuda-keyring's own list, named after the repository (debian12, debian13: molecule/run.sh's NODEFORGE_NODE_OS).
-SOURCE_LIST = f"/etc/apt/sources.list.d/cuda-{os.environ.get('NODEFORGE_NODE_OS', 'debian12')}-x86_64.list"
+NODE_OS = os.environ.get("NODEFORGE_NODE_OS", "debian12")  # molecule/run.sh's
+# cuda-keyring's own list, named after the repository (debian12, debian13).
+SOURCE_LIST = f"/etc/apt/sources.list.d/cuda-{NODE_OS}-x86_64.list"
 REPO_URL = "http://127.0.0.1:8081/"
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-driver"
 FACTS = "/root/nvidia_driver_facts.json"
@@ -198,7 +199,11 @@ def test_a_cuda_keyring_with_another_key_is_not_installed(node):
     node.run_expect([0], "dpkg --purge cuda-keyring")
     nvidia = "EB693B3035CD5710E231E123A4B469963BF863CC"
     try:
-        overrides = {"nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [nvidia]}}}
+        # An -e value replaces the inventory's overrides whole: the scenario's os_support claim (molecule.yml) again.
+        overrides = {
+            "os_support": {"nvidia_driver_source": {"cuda_repo": [NODE_OS]}},
+            "nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [nvidia]}},
+        }
         run = verify_lib.run_playbook(CONVERGE, {"nodeforge_manifest_overrides": overrides})
         assert run.rc != 0
         [refusal] = run.results("Check the key in cuda-keyring against the pinned fingerprints")
