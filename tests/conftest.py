@@ -47,6 +47,7 @@ LONG_TESTS = {
     # debian13 toolkit run builds that OS's container_runtimes family image.
     "test_scenario[nvidia_container_toolkit-debian13]": 200,
     "test_scenario[nvidia_container_toolkit_el-rocky9]": 180,
+    "test_scenario[nvidia_driver_cuda_repo_el-rocky9]": 400,
     "test_scenario[nvidia_driver_cuda_repo-debian13]": 120,
     "test_scenario[ofed_inbox-debian13]": 120,
     "test_scenario[ofed_inbox-ubuntu24.04]": 120,

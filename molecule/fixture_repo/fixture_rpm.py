@@ -229,7 +229,7 @@ def build_rpm_repo(
         debrepo._run(["createrepo_c", "--quiet", "--no-database", str(repo)], what="createrepo_c", env=env)
         if modules is not None:
             debrepo._run(
-                ["modifyrepo_c", "--quiet", "--mdtype=modules", str(modules), str(repo / "repodata")],
+                ["modifyrepo_c", "--mdtype=modules", "--new-name=modules.yaml", str(modules), str(repo / "repodata")],
                 what="modifyrepo_c modules.yaml",
             )
         gpg(

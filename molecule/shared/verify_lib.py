@@ -114,6 +114,25 @@ def assert_apt_index_signed_by(node, keyring: str, source: str) -> None:
     assert verify.rc == 0 and "Good signature" in verify.stderr, verify.stderr
 
 
+# The NVIDIA Container Toolkit's four packages, named alike in NVIDIA's .deb and RPM repositories.
+TOOLKIT_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+
+
+def assert_driver_module_options(node) -> None:
+    """The driver scenarios' nvidia_driver_module_options, written for the module the source installs (nvidia)."""
+    options = [
+        line
+        for line in node.file("/etc/modprobe.d/nodeforge-nvidia-options.conf").content_string.splitlines()
+        if line.startswith("options ")
+    ]
+    assert options == ["options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RestrictProfilingToAdminUsers=0"]
+
+
 def assert_reboot_recorded_for_this_boot(node, why: str = "no reboot requirement was recorded") -> None:
     """The nodeforge role's marker exists and names the boot the node is in now (a reboot meets it)."""
     marker = node.file("/var/lib/nodeforge/reboot-required")

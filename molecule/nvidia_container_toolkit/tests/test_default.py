@@ -30,12 +30,7 @@ KEYRING = "/etc/apt/keyrings/nodeforge-nvidia-container-toolkit.asc"
 SOURCE_LIST = "/etc/apt/sources.list.d/nodeforge-nvidia-container-toolkit.list"
 PIN_FILE = "/etc/apt/preferences.d/nodeforge-nvidia-container-toolkit"
 REPO_URL = "http://127.0.0.1:8083/stable/deb/$(ARCH)"
-PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
+PACKAGES = verify_lib.TOOLKIT_PACKAGES
 PINNED = "1.20.0-1"  # the version manifest's 1.20.0
 NEWER = "1.21.0-1"
 

@@ -16,17 +16,13 @@ import re
 from pathlib import Path
 
 import pytest
+import verify_lib
 
 EPHEMERAL = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"])
 REPO_FILE = "/etc/yum.repos.d/nodeforge-nvidia-container-toolkit.repo"
 RPM_KEY = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nodeforge-nvidia-container-toolkit"
 LOCK_LIST = "/etc/dnf/plugins/versionlock.list"
-PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
+PACKAGES = verify_lib.TOOLKIT_PACKAGES
 PINNED = "1.20.0-1"  # the version manifest's 1.20.0
 NEWER = "1.21.0-1"
 

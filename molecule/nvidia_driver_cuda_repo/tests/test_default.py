@@ -137,12 +137,7 @@ def test_nouveau_is_blacklisted(node):
 
 
 def test_module_options_name_the_module_of_the_source(node):
-    options = [
-        line
-        for line in node.file("/etc/modprobe.d/nodeforge-nvidia-options.conf").content_string.splitlines()
-        if line.startswith("options ")
-    ]
-    assert options == ["options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RestrictProfilingToAdminUsers=0"]
+    verify_lib.assert_driver_module_options(node)
 
 
 def test_the_role_keeps_persistenced_enabled(node):

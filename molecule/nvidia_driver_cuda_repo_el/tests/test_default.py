@@ -7,7 +7,8 @@ DKMS package requires dkms, from EPEL) and locked the whole driver package set a
 although 580.126.20 is in the stream too. Every check reads the node's own package manager: `rpm -q`, the signatures
 rpm checked, `dnf module list`, /etc/dnf/modules.d, `dnf versionlock list`, `dnf repolist`. The last tests move the
 flavor and the pin through the role and back. Commands run through `podman exec` (testinfra's podman backend); playbook
-runs use molecule's inventory.
+runs use molecule's inventory. What the driver's Debian scenario proves of code no OS selects (persistenced drift,
+DGX OS keeping its driver) is not repeated here.
 """
 
 from __future__ import annotations
@@ -242,64 +243,11 @@ def test_nouveau_is_blacklisted(node):
 
 
 def test_module_options_name_the_module_of_the_source(node):
-    options = [
-        line
-        for line in node.file("/etc/modprobe.d/nodeforge-nvidia-options.conf").content_string.splitlines()
-        if line.startswith("options ")
-    ]
-    assert options == ["options nvidia NVreg_EnableStreamMemOPs=1 NVreg_RestrictProfilingToAdminUsers=0"]
-
-
-def test_the_role_keeps_persistenced_enabled(node):
-    """The unit is nvidia-persistenced's (EL's /usr/lib/systemd/system); what the role owns is keeping it enabled. A
-    unit disabled since then is drift: check mode reports it, a real run repairs it."""
-    unit = "/usr/lib/systemd/system/nvidia-persistenced.service"
-    assert node.check_output("rpm --query --file %s", unit) == f"nvidia-persistenced-{PINNED}-1.el9.x86_64"
-    assert node.service("nvidia-persistenced").is_enabled
-    node.run_expect([0], "systemctl disable nvidia-persistenced.service")
-    try:
-        assert not node.service("nvidia-persistenced").is_enabled
-        plan = verify_lib.run_playbook(CONVERGE, check=True)
-        assert plan.rc == 0, plan.failed
-        assert plan.host_result("Enable nvidia-persistenced")["changed"] is True
-        assert not node.service("nvidia-persistenced").is_enabled  # check mode only reported it
-
-        run = verify_lib.run_playbook(CONVERGE)
-        assert run.rc == 0, run.failed
-        assert run.changed == ["nvidia_driver : Enable nvidia-persistenced"], run.changed
-        assert node.service("nvidia-persistenced").is_enabled
-
-        # Enabled again, the next run leaves the module out.
-        again = verify_lib.run_playbook(CONVERGE)
-        assert again.rc == 0, again.failed
-        assert again.changed == [], again.changed
-        assert again.host_result("Enable nvidia-persistenced").get("skipped") is True
-    finally:
-        node.run("systemctl enable nvidia-persistenced.service")
+    verify_lib.assert_driver_module_options(node)
 
 
 def test_reboot_requirement_is_recorded_for_this_boot(node):
     verify_lib.assert_reboot_recorded_for_this_boot(node)
-
-
-def test_dgx_os_keeps_its_vendor_managed_driver(node):
-    # On DGX OS (/etc/dgx-release) the role leaves the driver alone: a different pin moves nothing, unlocks nothing.
-    before = locks(node)
-    node.run_expect([0], 'printf \'DGX_NAME="DGX Server"\\nDGX_OTA_VERSION="6.3.1"\\n\' > /etc/dgx-release')
-    try:
-        run = verify_lib.run_playbook(CONVERGE, {"nvidia_driver_version": NEWER})
-        assert run.rc == 0, run.failed
-        # Only the verifier's own copy of the facts changes; nothing of the driver's.
-        assert run.changed == ["Record nvidia_driver_facts for the verifier"], run.changed
-        [note] = run.results("Report that DGX OS keeps its vendor-managed driver")
-        assert "runs DGX OS (/etc/dgx-release)" in note["msg"] and "nvidia_driver_manage_on_dgx: true" in note["msg"]
-        facts = json.loads(node.file(FACTS).content_string)
-        assert facts["managed"] is False and facts["source"] == "dgx-os"
-        assert driver_packages(node) == dict.fromkeys(OPEN_PACKAGES, evr(PINNED))
-        assert locks(node) == before
-    finally:
-        node.run("rm -f /etc/dgx-release")
-        verify_lib.run_playbook(CONVERGE)  # the verifier's facts file as converge wrote it
 
 
 def test_a_key_other_than_the_pinned_one_is_not_imported(node):
@@ -329,11 +277,6 @@ def test_a_key_other_than_the_pinned_one_is_not_imported(node):
 
 
 # The two last tests change the installed driver (and restore it).
-@pytest.mark.xfail(
-    strict=True,
-    reason="setup-RedHat.yml releases the version locks only when the new flavor's first package (cuda-drivers) is "
-    "installed; with the open set still locked, `module switch-to` cannot replace it and the install conflicts",
-)
 def test_a_flavor_change_switches_the_stream_and_the_package_set(node):
     """open -> proprietary: stream 580-dkms, cuda-drivers and kmod-nvidia-latest-dkms at the same pinned version in
     place of nvidia-open and kmod-nvidia-open-dkms, locked; then back."""
