@@ -32,8 +32,9 @@ image=${NODEFORGE_BASE_IMAGE:-localhost/nodeforge-$node_os:latest}
 mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$repo/containers/containers.conf}
 
-sum=$( (echo "$node_os"; cat "$0" "$here/apt-proxy-detect" "$here/el.sh" "$here/el-userland.yml" \
-  "$here/ubuntu.sh" "$repo/molecule/fixture_repo/fixture_rpm.py") | sha256sum | cut -c1-16)
+# fixture_rpm.py builds the EL userland (el.sh); an installed nodeforge ships lab/ without molecule/.
+sum=$( (echo "$node_os"; cat "$0" "$here/apt-proxy-detect" "$here/el.sh" "$here/el-userland.yml" "$here/ubuntu.sh"
+  cat "$repo/molecule/fixture_repo/fixture_rpm.py" 2>/dev/null || true) | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Config.Labels "org.nodeforge.build-sha" }}' "$image" 2>/dev/null || true)
 if [[ "$current" == "$sum" && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
   echo "base image $image is current ($sum)"
