@@ -25,7 +25,7 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 # missing here runs after the listed ones. From the fresh-clone CI run of 63b8869 (2026-11-27); the lab upgrade test
 # with the lab checks test_lab_up_provision_down made on a lab of its own then (177 s) added.
 LONG_TESTS = {
-    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 960,
+    "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 960,  # make test-full
     "test_scenario[nvidia_driver_distro]": 690,
     "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 560,
     "test_scenario[gpudirect_rdma]": 135,

@@ -336,6 +336,9 @@ def _upgrade_driver(name: str, inventory: str, host: str, kernel: str, driver_va
 
 
 @pytest.mark.slow
+# About 17 minutes on a quiet 2-core machine, 47 in its slow phases: `make test-full` runs it (docs/testing.md,
+# "What make test runs").
+@pytest.mark.full
 @needs_qemu
 # Each task in an emulated guest starts the guest's Python for its module (ansible-core's own connection: several
 # seconds under TCG, docs/testing.md); the test's ~150 node tasks take most of its time.

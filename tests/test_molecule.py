@@ -23,6 +23,16 @@ EL_ONLY = IMAGES["el_only"]
 RUNS = [(scenario, "debian12") for scenario in SCENARIOS if scenario not in EL_ONLY] + [
     (scenario, node_os) for node_os, scenarios in sorted(NODE_OSES.items()) for scenario in scenarios
 ]
+FULL_ONLY = IMAGES["full_only"]
+
+
+def run_id(scenario: str, node_os: str) -> str:
+    return scenario if node_os == "debian12" else f"{scenario}-{node_os}"
+
+
+def run_param(scenario: str, node_os: str):
+    marks = [pytest.mark.full] if run_id(scenario, node_os) in FULL_ONLY else []
+    return pytest.param(scenario, node_os, id=run_id(scenario, node_os), marks=marks)
 
 
 def test_node_os_scenarios_exist() -> None:
@@ -33,11 +43,14 @@ def test_node_os_scenarios_exist() -> None:
     )
     # An EL-only scenario no OS lists would never run at all.
     assert set(EL_ONLY) <= listed, f"molecule/images.yml el_only: {sorted(set(EL_ONLY) - listed)} run nowhere"
+    # A run left to make test-full that is no run at all would leave nothing out, and say it did.
+    ids = {run_id(scenario, node_os) for scenario, node_os in RUNS}
+    assert set(FULL_ONLY) <= ids, f"molecule/images.yml full_only: {sorted(set(FULL_ONLY) - ids)} are no runs"
 
 
 @pytest.mark.molecule
 @pytest.mark.slow
-@pytest.mark.parametrize(("scenario", "node_os"), RUNS, ids=[f"{s}-{o}" if o != "debian12" else s for s, o in RUNS])
+@pytest.mark.parametrize(("scenario", "node_os"), [run_param(scenario, node_os) for scenario, node_os in RUNS])
 def test_scenario(scenario: str, node_os: str) -> None:
     started = time.monotonic()
     env = {**os.environ, "NODEFORGE_NODE_OS": node_os}

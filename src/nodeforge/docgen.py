@@ -100,7 +100,10 @@ ENVIRONMENT = {
     "NODEFORGE_TRACEBACK": "Set to print the traceback of an unexpected error (exit 250).",
     "NODEFORGE_BASE_IMAGE": "The lab's container node image (default localhost/nodeforge-debian12:latest).",
     "NODEFORGE_VM_MEMORY_MB": "Memory of each VM lab node (default 1024).",
-    "NODEFORGE_VM_BOOT_TIMEOUT": "Seconds a VM lab node may take to answer SSH (default 300).",
+    "NODEFORGE_VM_BOOT_TIMEOUT": (
+        "Seconds a VM lab node may take to answer SSH (default 600: an emulated guest booting beside other work on "
+        "2 cores has taken over 300)."
+    ),
     "ANSIBLE_COLLECTIONS_PATH": "Further collections, after the nodeforge.gpu this package ships.",
     "ANSIBLE_SKIP_TAGS, ANSIBLE_CONFIG": "Read as ansible-playbook reads them; a run that skips the validation play "
     "(tags always or tagged) is checked before it starts.",

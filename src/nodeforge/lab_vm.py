@@ -35,7 +35,7 @@ SAMPLE = ("inventories", "lab-vm", "hosts.yml")
 # TCG emulates the newest CPU model faster for guest user space than qemu64 (python3 starts in 0.5 s against 0.73 s).
 CPU = "max"
 MEMORY_MB = int(os.environ.get("NODEFORGE_VM_MEMORY_MB", "1024"))
-BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "300"))
+BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "600"))
 FW_CFG = "opt/org.nodeforge"
 LINK_NET = "10.77"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
 SUPERVISOR = vm_supervisor.__name__
