@@ -358,7 +358,7 @@ class FixtureRepo:
         return f"deb [signed-by={keyring}] {url} {self.suite} {self.component}"
 
 
-def _run(cmd: Sequence[str], *, what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+def run(cmd: Sequence[str], *, what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     try:
         proc = subprocess.run(list(cmd), capture_output=True, check=False, **kwargs)
     except FileNotFoundError as exc:
@@ -369,7 +369,7 @@ def _run(cmd: Sequence[str], *, what: str, **kwargs: Any) -> subprocess.Complete
     return proc
 
 
-class _Gpg:
+class Gpg:
     """gpg in a private GNUPGHOME; the agent it starts is killed on close."""
 
     def __init__(self, home: Path) -> None:
@@ -386,7 +386,7 @@ class _Gpg:
             self.home = link
 
     def __call__(self, *args: str, what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
-        return _run(["gpg", "--homedir", str(self.home), "--batch", "--yes", *args], what=what, **kwargs)
+        return run(["gpg", "--homedir", str(self.home), "--batch", "--yes", *args], what=what, **kwargs)
 
     def close(self) -> None:
         kill = ["gpgconf", "--homedir", str(self.home), "--kill", "all"]
@@ -397,7 +397,7 @@ class _Gpg:
                 self._link.parent.rmdir()
 
 
-def _secret_fingerprint(gpg: _Gpg) -> str | None:
+def secret_fingerprint(gpg: Gpg) -> str | None:
     proc = gpg("--with-colons", "--list-secret-keys", what="list the fixture key")
     for line in proc.stdout.decode().splitlines():
         if line.startswith("fpr:"):
@@ -405,19 +405,27 @@ def _secret_fingerprint(gpg: _Gpg) -> str | None:
     return None
 
 
-def _ensure_key(gpg: _Gpg, name: str) -> str:
-    fingerprint = _secret_fingerprint(gpg)
+# gpg's key parameters per kind of fixture key: apt's repositories sign with ed25519 (as the vendors' newer keys do),
+# RPM repositories with RSA (rpm verifies RSA signatures on every EL release).
+KEY_TYPES = {
+    "ed25519": "Key-Type: eddsa\nKey-Curve: ed25519\n",
+    "rsa": "Key-Type: RSA\nKey-Length: 3072\n",
+}
+
+
+def ensure_key(gpg: Gpg, name: str, key_type: str = "ed25519") -> str:
+    """The fingerprint of the signing key in GPG's home, generated first if it has none."""
+    fingerprint = secret_fingerprint(gpg)
     if fingerprint:
         return fingerprint
     params = (
-        "%no-protection\n"
-        "Key-Type: eddsa\nKey-Curve: ed25519\nKey-Usage: sign\n"
+        f"%no-protection\n{KEY_TYPES[key_type]}Key-Usage: sign\n"
         f"Name-Real: {name}\nName-Email: fixture@nodeforge.invalid\nExpire-Date: 0\n%commit\n"
     )
-    gpg("--gen-key", what="generate the fixture signing key", input=params.encode())
-    fingerprint = _secret_fingerprint(gpg)
+    gpg("--gen-key", what=f"generate the fixture {key_type} signing key", input=params.encode())
+    fingerprint = secret_fingerprint(gpg)
     if not fingerprint:
-        raise FixtureRepoError("generate the fixture signing key: gpg reported no secret key afterwards")
+        raise FixtureRepoError(f"generate the fixture {key_type} signing key: gpg reported no secret key afterwards")
     return fingerprint
 
 
@@ -475,7 +483,7 @@ def _build_deb(pkg: PackageSpec, stage: Path, dest: Path, key_files: dict[str, b
         script_path.chmod(0o755)
     dest.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
-    _run(
+    run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(dest)],
         what=f"{pkg.spec_path}: package '{pkg.name}' {pkg.version}: dpkg-deb --build",
         env=env,
@@ -530,9 +538,9 @@ def build_repo(
             target.unlink(missing_ok=True)
     root.mkdir(parents=True, exist_ok=True)
 
-    gpg = _Gpg(out / GNUPG_SUBDIR)
+    gpg = Gpg(out / GNUPG_SUBDIR)
     try:
-        fingerprint = _ensure_key(gpg, f"{label} (throwaway test key)")
+        fingerprint = ensure_key(gpg, f"{label} (throwaway test key)")
         keyring = gpg("--export", fingerprint, what="export the public key").stdout
         armored = gpg("--armor", "--export", fingerprint, what="export the public key").stdout
         keyring_path = root / KEYRING_NAME
@@ -553,14 +561,12 @@ def build_repo(
 
         if flat:
             release_dir = root
-            packages_text = _run(
-                ["apt-ftparchive", "packages", "pool"], what="apt-ftparchive packages", cwd=root
-            ).stdout
+            packages_text = run(["apt-ftparchive", "packages", "pool"], what="apt-ftparchive packages", cwd=root).stdout
             _write_index(root / "Packages", packages_text)
         else:
             release_dir = root / "dists" / suite
             for arch in archs:
-                packages_text = _run(
+                packages_text = run(
                     ["apt-ftparchive", "--arch", arch, "packages", "pool"],
                     what="apt-ftparchive packages",
                     cwd=root,
@@ -582,7 +588,7 @@ def build_repo(
         cmd = ["apt-ftparchive"]
         for key, value in options.items():
             cmd += ["-o", f"APT::FTPArchive::Release::{key}={value}"]
-        release = _run([*cmd, "release", "."], what="apt-ftparchive release", cwd=release_dir).stdout
+        release = run([*cmd, "release", "."], what="apt-ftparchive release", cwd=release_dir).stdout
         (release_dir / "Release").write_bytes(release)
         sign = ["--local-user", fingerprint, "--digest-algo", "SHA512"]
         gpg(

@@ -122,6 +122,14 @@ def spec_text(pkg: debrepo.PackageSpec) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rpmbuild(spec: Path, defines: dict[str, str], *, what: str) -> None:
+    """rpmbuild -bb of SPEC with these macros, its timestamps from the fixtures' SOURCE_DATE_EPOCH."""
+    argv = ["rpmbuild", "-bb", "--quiet"]
+    for name, value in defines.items():
+        argv += ["--define", f"{name} {value}"]
+    debrepo.run([*argv, str(spec)], what=what, env={**os.environ, "SOURCE_DATE_EPOCH": debrepo.SOURCE_DATE_EPOCH})
+
+
 def _build_rpm(pkg: debrepo.PackageSpec, stage: Path, dest: Path, key_files: dict[str, bytes]) -> Path:
     top = stage / f"{pkg.name}-{pkg.version}"
     shutil.rmtree(top, ignore_errors=True)
@@ -145,30 +153,10 @@ def _build_rpm(pkg: debrepo.PackageSpec, stage: Path, dest: Path, key_files: dic
         "clamp_mtime_to_source_date_epoch": "1",
         "_dbpath": str(top / "rpmdb"),
     }
-    argv = ["rpmbuild", "-bb", "--quiet"]
-    for name, value in defines.items():
-        argv += ["--define", f"{name} {value}"]
-    env = {**os.environ, "SOURCE_DATE_EPOCH": debrepo.SOURCE_DATE_EPOCH}
-    debrepo._run([*argv, str(spec)], what=f"{pkg.spec_path}: package '{pkg.name}' {pkg.version}: rpmbuild", env=env)
+    _rpmbuild(spec, defines, what=f"{pkg.spec_path}: package '{pkg.name}' {pkg.version}: rpmbuild")
     shutil.rmtree(top)
     _epoch, version, release = rpm_evr(pkg.version)
     return dest / RPM_ARCH[pkg.architecture] / f"{pkg.name}-{version}-{release}.{RPM_ARCH[pkg.architecture]}.rpm"
-
-
-def _ensure_rsa_key(gpg: debrepo._Gpg, name: str) -> str:
-    """RSA, as the vendors' RPM keys are (rpm verifies RSA signatures on every EL release)."""
-    fingerprint = debrepo._secret_fingerprint(gpg)
-    if fingerprint:
-        return fingerprint
-    params = (
-        "%no-protection\nKey-Type: RSA\nKey-Length: 3072\nKey-Usage: sign\n"
-        f"Name-Real: {name}\nName-Email: fixture@nodeforge.invalid\nExpire-Date: 0\n%commit\n"
-    )
-    gpg("--gen-key", what="generate the fixture RPM signing key", input=params.encode())
-    fingerprint = debrepo._secret_fingerprint(gpg)
-    if not fingerprint:
-        raise debrepo.FixtureRepoError("generate the fixture RPM signing key: gpg reported no secret key afterwards")
-    return fingerprint
 
 
 def build_rpm_repo(
@@ -186,9 +174,9 @@ def build_rpm_repo(
     repo = out / REPO_SUBDIR
     shutil.rmtree(repo, ignore_errors=True)
     (repo / "Packages").mkdir(parents=True)
-    gpg = debrepo._Gpg(out / GNUPG_SUBDIR)
+    gpg = debrepo.Gpg(out / GNUPG_SUBDIR)
     try:
-        fingerprint = _ensure_rsa_key(gpg, key_name)
+        fingerprint = debrepo.ensure_key(gpg, key_name, "rsa")
         armored = gpg("--armor", "--export", fingerprint, what="export the fixture key").stdout
         (repo / ARMORED_KEY_NAME).write_bytes(armored)
         key_files = {"armored-key": armored, "keyring": gpg("--export", fingerprint, what="export the key").stdout}
@@ -211,7 +199,7 @@ def build_rpm_repo(
                 )
         if sign_packages:
             rpms = sorted(str(p) for p in (repo / "Packages").glob("*.rpm"))
-            debrepo._run(
+            debrepo.run(
                 [
                     "rpmsign",
                     "--addsign",
@@ -226,9 +214,9 @@ def build_rpm_repo(
                 what="rpmsign the fixture packages",
             )
         env = {**os.environ, "SOURCE_DATE_EPOCH": debrepo.SOURCE_DATE_EPOCH}
-        debrepo._run(["createrepo_c", "--quiet", "--no-database", str(repo)], what="createrepo_c", env=env)
+        debrepo.run(["createrepo_c", "--quiet", "--no-database", str(repo)], what="createrepo_c", env=env)
         if modules is not None:
-            debrepo._run(
+            debrepo.run(
                 ["modifyrepo_c", "--mdtype=modules", "--new-name=modules.yaml", str(modules), str(repo / "repodata")],
                 what="modifyrepo_c modules.yaml",
             )
@@ -284,19 +272,11 @@ def build_userland(userland: str | os.PathLike[str], node_os: str, dest: str | o
             top.mkdir()
             spec = top / f"{entry['name']}.spec"
             spec.write_text("\n".join(lines))
-            argv = [
-                "rpmbuild",
-                "-bb",
-                "--quiet",
-                "--define",
-                f"_topdir {top}",
-                "--define",
-                f"_rpmdir {out}",
-                "--define",
-                f"_dbpath {top / 'rpmdb'}",
-                str(spec),
-            ]
-            debrepo._run(argv, what=f"{userland}: {node_os}: {entry['name']}: rpmbuild")
+            _rpmbuild(
+                spec,
+                {"_topdir": str(top), "_rpmdir": str(out), "_dbpath": str(top / "rpmdb")},
+                what=f"{userland}: {node_os}: {entry['name']}: rpmbuild",
+            )
             built.append(out / arch / f"{entry['name']}-{version}-{release}.{arch}.rpm")
     return built
 
