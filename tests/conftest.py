@@ -26,8 +26,8 @@ PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 # with the lab checks test_lab_up_provision_down made on a lab of its own then (177 s) added.
 LONG_TESTS = {
     "test_vm_nodes_reboot_load_modules_and_pass_rdma_validation": 960,  # make test-full
-    "test_scenario[nvidia_driver_distro]": 690,
-    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 560,
+    "test_scenario[nvidia_driver_distro]": 690,  # make test-full
+    "test_rolling_toolkit_upgrade_halts_resumes_and_downgrades": 560,  # make test-full
     "test_scenario[gpudirect_rdma]": 135,
     "test_a_fresh_venv_runs_the_cli_and_the_collection_outside_the_repository": 90,
     "test_scenario[nvidia_driver_cuda_repo]": 120,
@@ -43,6 +43,8 @@ LONG_TESTS = {
     "test_scenario[scale_client]": 60,
     "test_scenario[preflight]": 55,
     "test_scenario[nodeforge]": 35,
+    # The 1-node lab (`make lab` in small), in the main session since the 4-node lab test went to make test-full.
+    "test_lab_provisions_a_node_and_reprovisions_it_changing_nothing": 150,
     # The other node OSes (molecule/images.yml node_oses), measured alone on this machine on 2026-11-30; the first
     # debian13 toolkit run builds that OS's container_runtimes family image.
     "test_scenario[nvidia_container_toolkit-debian13]": 200,

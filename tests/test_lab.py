@@ -321,11 +321,10 @@ def become_works_as_sites_have_it(lab_name: str, nodes: list[str], tmp_path) -> 
     assert "Accepted publickey for admin from" in log and "USER=root ; COMMAND=" in log, log[-2000:]
 
 
-@pytest.mark.matrix
 def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
-    """The newest-core leg of make test's matrix (tools/matrix.sh): `lab up --provision` of one node through the CLI,
-    each node's state read from the node, then a no-op re-provision with 0 changed (the main session's 4-node lab
-    upgrade test makes the same checks on the README's ansible-core)."""
+    """`make lab` in small, in the main session and in the newest-core leg of make test's matrix (tools/matrix.sh):
+    `lab up --provision` of one node through the CLI, each node's state read from the node, then a no-op
+    re-provision with 0 changed (the 4-node lab upgrade test of `make test-full` makes the same checks on four)."""
     name = f"pytestmx{os.getpid()}"
     mirror = tmp_path / "toolkit-mirror"
     subprocess.run([sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(mirror)], check=True)

@@ -35,6 +35,10 @@ from tests.test_lab import (
 
 pytestmark = [
     pytest.mark.slow,
+    # The 4-node lab: 450 s alone on a quiet machine, 1,400-1,640 s beside the other long tests in the machine's slow
+    # phases; `make test-full` runs it, `make test` the 1-node lab of tests/test_lab.py (docs/testing.md, "What make
+    # test runs").
+    pytest.mark.full,
     pytest.mark.skipif(shutil.which("podman") is None, reason="podman is not installed (make setup installs it)"),
 ]
 

@@ -49,7 +49,7 @@ mkdir -p "$root/etc/rpm" "$root/etc/yum.repos.d" "$root/etc/pki/rpm-gpg" "$root/
 echo "%_dbpath /var/lib/rpm" >"$root/etc/rpm/macros.dbpath"
 # dnf's plugins as EL's python3-dnf-plugins-core has them: the ones EL ships in packages of their own (the roles
 # install python3-dnf-plugin-versionlock) are set aside, for those packages' stand-ins to put back
-# (molecule/fixture_repo/specs/el_appstream.yml); until then dnf has no versionlock command, as on EL.
+# (molecule/fixture_repo/specs/el<major>_appstream.yml); until then dnf has no versionlock command, as on EL.
 plugins=$root/usr/lib/python3/dist-packages/dnf-plugins
 mkdir -p "$root/usr/share/nodeforge-el-tier/dnf-plugins"
 for plugin in leaves local modulesync post-transaction-actions show_leaves versionlock; do

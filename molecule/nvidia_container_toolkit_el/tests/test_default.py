@@ -25,6 +25,9 @@ LOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 PACKAGES = verify_lib.TOOLKIT_PACKAGES
 PINNED = "1.20.0-1"  # the version manifest's 1.20.0
 NEWER = "1.21.0-1"
+NODE_OS = os.environ.get("NODEFORGE_NODE_OS", "rocky9")
+# The versionlock plugin each release's AppStream ships (specs/el<major>_appstream.yml): dnf-plugins-core's release.
+VERSIONLOCK = {"rocky8": "4.0.21-25.el8", "rocky9": "4.3.0-13.el9"}[NODE_OS]
 
 
 def fixture_fingerprint(repo: str) -> str:
@@ -39,7 +42,7 @@ def rpm_query(node, fmt: str, *names: str) -> list[str]:
 def test_the_node_is_an_el_node_to_ansible(node):
     """What the role's vars files were chosen by: a Rocky release, dnf over an rpm database."""
     release = node.file("/etc/redhat-release").content_string
-    assert re.fullmatch(r"Rocky Linux release \d+\.\d+ \(.+\)\n", release), release
+    assert re.fullmatch(rf"Rocky Linux release {NODE_OS.removeprefix('rocky')}\.\d+ \(.+\)\n", release), release
     assert node.check_output("rpm --query --whatprovides redhat-release").startswith("rocky-release-")
 
 
@@ -70,7 +73,7 @@ def test_versionlock_holds_the_four_packages_at_that_version(node):
 
 def test_the_versionlock_plugin_came_from_the_release_repository_signed(node):
     installed = node.check_output("dnf --quiet list --installed python3-dnf-plugin-versionlock").splitlines()[-1]
-    assert installed.split() == ["python3-dnf-plugin-versionlock.noarch", "4.3.0-13.el9", "@appstream"], installed
+    assert installed.split() == ["python3-dnf-plugin-versionlock.noarch", VERSIONLOCK, "@appstream"], installed
     signature = node.check_output("rpm --query --queryformat %s python3-dnf-plugin-versionlock", "%{RSAHEADER:pgpsig}")
     assert signature.lower().endswith(fixture_fingerprint("appstream-repo")[-16:].lower())
 
