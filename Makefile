@@ -10,11 +10,11 @@ setup:
 	@bash tools/setup.sh
 
 # NVIDIA's toolkit repository is out of reach here: the lab's nodes get a signed stand-in in its layout.
-LAB_TOOLKIT_MIRROR := build/lab-toolkit-mirror
+LAB_MIRROR := build/lab-mirror
 
 lab: setup
-	$(VENV)/python tools/lab_toolkit_mirror.py $(LAB_TOOLKIT_MIRROR)
-	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --toolkit-mirror $(LAB_TOOLKIT_MIRROR) --provision
+	$(VENV)/python tools/lab_mirror.py $(LAB_MIRROR)
+	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --mirror $(LAB_MIRROR) --provision
 
 lab-down:
 	$(VENV)/nodeforge lab down

@@ -555,7 +555,7 @@ def toolkit_mirror(b: Bench) -> Path:
     """NVIDIA's toolkit repository is out of reach here: the signed stand-in in its layout, as `make lab` uses."""
     mirror = ROOT / "build" / "lab-toolkit-mirror"
     if "toolkit_mirror" not in b.samples:
-        b.call([PYTHON, str(ROOT / "tools" / "lab_toolkit_mirror.py"), str(mirror)], what="lab_toolkit_mirror.py")
+        b.call([PYTHON, str(ROOT / "tools" / "lab_mirror.py"), str(mirror)], what="lab_mirror.py")
         b.samples["toolkit_mirror"] = str(mirror)
     return mirror
 
@@ -564,7 +564,7 @@ def bench_lab(b: Bench, nodes: int, then: Callable[[str], None] | None = None) -
     name = f"bench{nodes}"
     lab_down(b, name)  # from nothing: no containers, no inventory
     try:
-        what = f"lab up --nodes {nodes} --provision --json --name {name} --toolkit-mirror {toolkit_mirror(b)}"
+        what = f"lab up --nodes {nodes} --provision --json --name {name} --mirror {toolkit_mirror(b)}"
         busy = busy_cpu_seconds()
         first_wall, out = b.call([*NODEFORGE, *what.split()], what=what)
         first_cpu = busy_cpu_seconds() - busy
@@ -827,7 +827,7 @@ def bench_overhead_own_lab(b: Bench, reps: int) -> None:
     name = "benchoh"
     lab_down(b, name)
     try:
-        what = f"lab up --nodes 1 --provision --json --name {name} --toolkit-mirror {toolkit_mirror(b)}"
+        what = f"lab up --nodes 1 --provision --json --name {name} --mirror {toolkit_mirror(b)}"
         _, out = b.call([*NODEFORGE, *what.split()], what=what)
         _provision_ok(_json(out, what), what, 1)
         bench_overhead(b, reps, name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -578,29 +579,93 @@ def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
     # With a mirror: the sample's settings, plus the mirror key's fingerprint pinned (the role checks it).
     fingerprint = "E6DCF6362A8B771973439F0372CADD94640FFE7D"
     with_mirror = yaml.safe_load(lab.write_inventory("t", ["nodeforge-t-1"], True, [fingerprint]).read_text())
-    written_vars = with_mirror["all"]["children"]["gpu_nodes"]["vars"]
-    assert written_vars["nodeforge_manifest_overrides"]["nvidia_container_toolkit"].pop("key_fingerprints") == [
-        fingerprint
-    ]
+    written_group = with_mirror["all"]["children"]["gpu_nodes"]
+    overrides = written_group["vars"]["nodeforge_manifest_overrides"]
+    # One key signs the whole mirror: pinned for the toolkit's key, cuda-keyring's keyring and the CUDA RPM key.
+    assert overrides["nvidia_container_toolkit"].pop("key_fingerprints") == [fingerprint]
+    assert overrides["nvidia_driver"]["cuda_repo"].pop("keyring_fingerprints") == [fingerprint]
+    assert overrides["nvidia_driver"]["cuda_repo"].pop("key_fingerprints_rpm") == [fingerprint]
     sample = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
-    assert written_vars == sample["all"]["children"]["gpu_nodes"]["vars"]
+    assert written_group["vars"] == sample["all"]["children"]["gpu_nodes"]["vars"]
+    # A Debian 12 lab has no OS groups.
+    assert "children" not in written_group
 
 
-def test_lab_toolkit_mirror_layout_is_checked(tmp_path):
+def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatch):
+    """`lab up --os debian12,debian13,rocky9,ubuntu24.04`: each node not on Debian 12 in its OS's group, whose vars
+    (the sample's) resolve per node: Debian 13's branch 550, NVIDIA's CUDA repository on Rocky and Ubuntu."""
+    from nodeforge import lab
+
+    monkeypatch.setenv("NODEFORGE_STATE_DIR", str(tmp_path))
+    listed = lab.parse_oses("debian12,debian13,rocky9,ubuntu24.04")
+    oses = dict(zip([f"nodeforge-t-{i}" for i in range(1, 5)], listed, strict=True))
+    path = lab.write_inventory("t", list(oses), True, ["E6DCF6362A8B771973439F0372CADD94640FFE7D"], oses=oses)
+    written = yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]
+    assert {group: list(data["hosts"]) for group, data in written["children"].items()} == {
+        "lab_debian13": ["nodeforge-t-2"],
+        "lab_ubuntu2404": ["nodeforge-t-4"],
+        "lab_rocky9": ["nodeforge-t-3"],
+    }
+    assert messages(path) == []
+    inventory = checks.load([str(path)])
+    resolved = {}
+    for host in oses:
+        variables, origins = inventory.host_variables(host)
+        node = model.HostModel(host, variables, origins)
+        resolved[host] = (node.driver_source().value, node.get("nvidia_driver_branch").value)
+    assert resolved == {
+        "nodeforge-t-1": ("distro", "535"),
+        "nodeforge-t-2": ("distro", "550"),
+        "nodeforge-t-3": ("cuda_repo", "580"),
+        "nodeforge-t-4": ("cuda_repo", "580"),
+    }
+    # Two Debian 13 nodes: one group, both in it; a lab of Debian 12 nodes writes no groups at all.
+    two = lab.inventory(["a", "b"], oses={"a": "debian13", "b": "debian13"})["all"]["children"]["gpu_nodes"]
+    assert list(two["children"]) == ["lab_debian13"] and list(two["children"]["lab_debian13"]["hosts"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("", "(unknown: none given)"),
+        ("debian12,rocky8", "(unknown: 'rocky8')"),
+        ("debian12, ubuntu22.04 ,centos7", "(unknown: 'ubuntu22.04', 'centos7')"),
+    ],
+)
+def test_lab_os_list_names_what_it_cannot_run(value, problem):
+    from nodeforge import lab
+
+    with pytest.raises(lab.LabError) as error:
+        lab.parse_oses(value)
+    assert str(error.value).startswith(f"--os {value!r}: expected a comma-separated list of debian12, debian13, rocky9")
+    assert str(error.value).endswith(problem)
+    assert lab.parse_oses(" rocky9,debian12 ") == ["rocky9", "debian12"]
+
+
+def test_lab_mirror_layout_is_checked(tmp_path):
     from nodeforge import lab
 
     with pytest.raises(lab.LabError) as missing:
         lab.check_mirror(tmp_path)
-    assert str(missing.value).endswith("missing: gpgkey, stable/deb/amd64/InRelease")
-    with pytest.raises(lab.LabError, match="missing: the directory itself"):
+    assert str(missing.value).endswith("missing for debian12: gpgkey, stable/deb/amd64/InRelease")
+    with pytest.raises(lab.LabError, match="missing for debian12: the directory itself"):
         lab.check_mirror(tmp_path / "nowhere")
     built = subprocess.run(
-        [sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(tmp_path / "mirror")],
+        [sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(tmp_path / "mirror")],
         capture_output=True,
         text=True,
         check=True,
     )
-    lab.check_mirror(Path(built.stdout.strip()))
+    lab.check_mirror(Path(built.stdout.strip()), lab.LAB_OSES)
+    # A mirror without the EL repositories serves the Debian nodes, not a Rocky node.
+    shutil.rmtree(tmp_path / "mirror" / "rocky")
+    lab.check_mirror(tmp_path / "mirror", ["debian12", "debian13", "ubuntu24.04"])
+    with pytest.raises(lab.LabError) as el:
+        lab.check_mirror(tmp_path / "mirror", ["debian12", "rocky9"])
+    assert str(el.value).endswith(
+        "missing for debian12, rocky9: rocky/9/BaseOS/x86_64/os/repodata/repomd.xml, "
+        "rocky/9/AppStream/x86_64/os/repodata/repomd.xml"
+    )
     assert (tmp_path / "mirror" / "gpgkey").read_text().startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----")
     # The mirror key's fingerprint, as gpg prints it, is what lab up pins.
     listing = subprocess.run(

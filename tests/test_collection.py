@@ -273,7 +273,7 @@ def test_wheel_ships_the_collection(tmp_path):
     assert not [n for n in names if n.startswith(("nodeforge/content/roles/", "nodeforge/content/playbooks/"))]
     # The lab's own content ships (its node image, the playbook that serves a toolkit mirror); no test fixture does:
     # nothing from molecule/ (the fixture repository builder, its specs, stand-ins), no tests.
-    for path in ("lab/base-image/build.sh", "lab/serve_toolkit_mirror.yml", "inventories/lab/hosts.yml"):
+    for path in ("lab/base-image/build.sh", "lab/serve_mirror.yml", "inventories/lab/hosts.yml"):
         assert "nodeforge/content/" + path in names, path
     assert not [n for n in names if "fixture" in n or "molecule" in n or "/tests/" in n or "standin" in n]
 

@@ -105,7 +105,7 @@ def stand_in_runs(monkeypatch):
 
 @pytest.fixture
 def stand_in_lab(monkeypatch, local_inventory):
-    def up(name, _count, _mirror=None):
+    def up(name, _count, _mirror=None, _oses=None):
         path = lab.inventory_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(local_inventory.read_text())

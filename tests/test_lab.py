@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,9 +29,11 @@ pytestmark = [
 ]
 
 
-def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summary: dict) -> None:
+def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summary: dict, oses=None) -> None:
     """After `lab up --provision --json`: its summary, the SSH path it took, and each node's own state (podman exec,
-    never the roles' probes); `lab status` lists every node."""
+    never the roles' probes) for its OS (oses: node -> OS, Debian 12 where not given); `lab status` lists every node
+    and its OS."""
+    oses = {host: (oses or {}).get(host, "debian12") for host in nodes}
     assert sorted(summary["hosts"]) == nodes
     for host in nodes:
         counts = summary["hosts"][host]
@@ -41,47 +44,89 @@ def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summa
     ssh_path_is_the_real_one(lab_name, nodes)
 
     for host in nodes:
-        # The lab runs the driver roles: Debian's open 535 driver installed and held, nouveau blacklisted,
-        # nvidia-peermem persisted for the next boot (never loaded in a container).
-        held = lab._podman("exec", host, "apt-mark", "showheld").stdout.split()
-        assert "nvidia-open-kernel-dkms" in held and "nvidia-smi" in held, held
-        version = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-open-kernel-dkms").stdout
-        assert version.startswith("535."), version
+        # The node's own identity, as Ansible's facts read it.
+        release = lab._podman("exec", host, "sh", "-c", ". /etc/os-release; echo $ID$VERSION_ID").stdout.strip()
+        assert release.startswith(oses[host]), (host, release)  # rocky9.6: the minor is the image's
+        {"rpm": el_node_has_its_stack, "apt": apt_node_has_its_stack}[PACKAGING[oses[host]]](host, oses[host])
+        # nouveau blacklisted, nvidia-peermem persisted for the next boot (never loaded in a container).
         blacklist = lab._podman("exec", host, "cat", "/etc/modprobe.d/nodeforge-nouveau-blacklist.conf").stdout
         assert "blacklist nouveau" in blacklist and "options nouveau modeset=0" in blacklist
         loads = lab._podman("exec", host, "sh", "-c", "cat /etc/modules-load.d/*peermem*.conf").stdout
         assert "peermem" in loads
-        # ofed_mode inbox: Debian's RDMA stack and perftest, and the memlock limits RDMA users need.
-        for package in ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"):
-            state = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}", package).stdout
-            assert state.startswith("ii"), (package, state)
+        # ofed_mode inbox: the memlock limits RDMA users need.
         limits = lab._podman("exec", host, "cat", "/etc/security/limits.d/90-nodeforge-rdma.conf").stdout
         assert "* hard memlock unlimited" in limits, limits
-        # nvidia_container_toolkit from the lab's stand-in repository: the manifest's version, held; containerd's
-        # drop-in imported (containerd itself is not installed on the lab's nodes, which the role reports).
-        held_toolkit = [p for p in held if "nvidia-container" in p]
-        assert sorted(held_toolkit) == [
-            "libnvidia-container-tools",
-            "libnvidia-container1",
-            "nvidia-container-toolkit",
-            "nvidia-container-toolkit-base",
-        ], held
-        toolkit = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-container-toolkit").stdout
-        assert toolkit.startswith("1.20.0-"), toolkit
+        # The toolkit's containerd drop-in imported (containerd itself is not installed on the lab's nodes, which the
+        # role reports).
         dropin = lab._podman("exec", host, "cat", "/etc/containerd/conf.d/99-nvidia.toml").stdout
         assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in dropin
         config = lab._podman("exec", host, "cat", "/etc/containerd/config.toml").stdout
         assert '"/etc/containerd/conf.d/*.toml"' in config
-        # The mirror is served by lab/serve_toolkit_mirror.yml's unit, enabled for the node's next start too.
+        # The mirror is served by lab/serve_mirror.yml's unit, enabled for the node's next start too.
         unit = lab._podman("exec", host, "systemctl", "is-enabled", "nodeforge-lab-repo.service", check=False)
         assert unit.stdout.strip() == "enabled", unit.stdout + unit.stderr
-        # selinux_modules: the lab's Debian nodes have no SELinux policy store; the role says so and builds nothing.
+        # selinux_modules: the lab's nodes have no SELinux policy store; the role says so and builds nothing.
         assert lab._podman("exec", host, "test", "-e", "/var/cache/nodeforge/selinux_modules", check=False).returncode
 
     status = CliRunner().invoke(main, ["lab", "status", "--name", lab_name])
     assert status.exit_code == 0
     for host in nodes:
-        assert f"{host}  running  ssh 127.0.0.1:{_published_port(host)}" in status.output
+        assert f"{host}  running  ssh 127.0.0.1:{_published_port(host)}  {oses[host]}" in status.output
+
+
+PACKAGING = {"debian12": "apt", "debian13": "apt", "ubuntu24.04": "apt", "rocky9": "rpm"}
+# The driver each OS's node takes (inventories/lab/hosts.yml): Debian's own open DKMS package at the branch the
+# release ships, and on Ubuntu NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
+APT_DRIVER = {
+    "debian12": ("nvidia-open-kernel-dkms", "535.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
+    "debian13": ("nvidia-open-kernel-dkms", "550.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
+    "ubuntu24.04": ("nvidia-open", "580.105.08-0ubuntu1", {"nvidia-open", "nvidia-dkms-580-open"}),
+}
+TOOLKIT = [
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+]
+INBOX = {"apt": ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"),
+         "rpm": ("rdma-core", "libibverbs-utils", "infiniband-diags", "perftest")}  # fmt: skip
+
+
+def apt_node_has_its_stack(host: str, node_os: str) -> None:
+    """dpkg's and apt's own view: the driver at its branch and held, Debian's (or Ubuntu's) RDMA packages, the
+    toolkit at the manifest's version from the mirror, its four packages held."""
+    held = set(lab._podman("exec", host, "apt-mark", "showheld").stdout.split())
+    package, version, must_hold = APT_DRIVER[node_os]
+    assert must_hold <= held, (host, held)
+    installed = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", package).stdout
+    assert installed.startswith(version), (host, package, installed)
+    for name in INBOX["apt"]:
+        state = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}", name).stdout
+        assert state.startswith("ii"), (host, name, state)
+    assert sorted(p for p in held if "nvidia-container" in p) == TOOLKIT, (host, held)
+    toolkit = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-container-toolkit").stdout
+    assert toolkit.startswith("1.20.0-"), (host, toolkit)
+
+
+def el_node_has_its_stack(host: str, node_os: str) -> None:
+    """The rpm database's and dnf's own view: NVIDIA's open driver at 580.105.08 from the CUDA repository and the
+    toolkit at 1.20.0, both locked by dnf versionlock; Rocky's RDMA packages."""
+
+    def rpm_version(*names: str) -> list[str]:
+        argv = ["rpm", "--query", "--queryformat", "%{NAME} %{VERSION}\n", *names]
+        return lab._podman("exec", host, *argv).stdout.splitlines()
+
+    assert rpm_version("nvidia-open", "kmod-nvidia-open-dkms") == [
+        "nvidia-open 580.105.08",
+        "kmod-nvidia-open-dkms 580.105.08",
+    ]
+    assert rpm_version(*TOOLKIT) == [f"{name} 1.20.0" for name in TOOLKIT]
+    assert [line.split()[0] for line in rpm_version(*INBOX["rpm"])] == list(INBOX["rpm"])
+    locked = lab._podman("exec", host, "dnf", "--quiet", "versionlock", "list").stdout.split()
+    for name in ("nvidia-open", "kmod-nvidia-open-dkms"):
+        assert any(re.fullmatch(rf"{name}-(\d+:)?580\.105\.08-.*", entry) for entry in locked), (name, locked)
+    for name in TOOLKIT:
+        assert any(re.fullmatch(rf"{name}-(\d+:)?1\.20\.0-.*", entry) for entry in locked), (name, locked)
 
 
 def reprovision_changes_nothing(lab_name: str) -> None:
@@ -321,19 +366,46 @@ def become_works_as_sites_have_it(lab_name: str, nodes: list[str], tmp_path) -> 
     assert "Accepted publickey for admin from" in log and "USER=root ; COMMAND=" in log, log[-2000:]
 
 
+@pytest.mark.matrix
 def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
-    """`make lab` in small, in the main session and in the newest-core leg of make test's matrix (tools/matrix.sh):
-    `lab up --provision` of one node through the CLI, each node's state read from the node, then a no-op
-    re-provision with 0 changed (the 4-node lab upgrade test of `make test-full` makes the same checks on four)."""
+    """`make lab` in small, in the newest-core leg of make test's matrix (tools/matrix.sh; the main session runs the
+    mixed lab below): `lab up --provision` of one node through the CLI, each node's state read from the node, then a
+    no-op re-provision with 0 changed (the 4-node lab upgrade test of `make test-full` checks the same on four)."""
     name = f"pytestmx{os.getpid()}"
-    mirror = tmp_path / "toolkit-mirror"
-    subprocess.run([sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(mirror)], check=True)
+    mirror = tmp_path / "mirror"
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)
     try:
-        up = CliRunner().invoke(main, ["lab", "up", "--nodes", "1", "--toolkit-mirror", str(mirror), "--provision",
+        up = CliRunner().invoke(main, ["lab", "up", "--nodes", "1", "--mirror", str(mirror), "--provision",
                                        "--json", "--name", name])  # fmt: skip
         assert up.exit_code == 0, up.output
         provisioned_lab_is_what_the_roles_say(name, [f"nodeforge-{name}-1"], json.loads(up.stdout))
         reprovision_changes_nothing(name)
+    finally:
+        lab.down(name)
+
+
+MIXED = ["debian12", "debian13", "rocky9", "ubuntu24.04"]
+
+
+def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_nothing(tmp_path):
+    """`lab up --os debian12,debian13,rocky9,ubuntu24.04 --mirror DIR --provision` through the CLI: one node per OS,
+    each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and apt, or rpm and
+    dnf), then a no-op re-provision with 0 changed on every node."""
+    name = f"pytestmix{os.getpid()}"
+    mirror = tmp_path / "mirror"
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)
+    nodes = [f"nodeforge-{name}-{i}" for i in range(1, len(MIXED) + 1)]
+    try:
+        up = CliRunner().invoke(main, ["lab", "up", "--os", ",".join(MIXED), "--mirror", str(mirror), "--provision",
+                                       "--json", "--name", name])  # fmt: skip
+        assert up.exit_code == 0, up.output
+        provisioned_lab_is_what_the_roles_say(name, nodes, json.loads(up.stdout), dict(zip(nodes, MIXED, strict=True)))
+        reprovision_changes_nothing(name)
+        # The nodes' OSes are the lab's: `lab up` again with another list refuses, and removes nothing.
+        again = CliRunner().invoke(main, ["lab", "up", "--os", "debian12,rocky9", "--name", name])
+        assert again.exit_code != 0
+        assert f"nodeforge-{name}-2 runs debian13, not rocky9" in again.output, again.output
+        assert [n.name for n in lab.nodes(name)] == nodes
     finally:
         lab.down(name)
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
-from nodeforge import lab
+from nodeforge import lab, lab_vm
 from nodeforge.cli import main
 from tests.conftest import REPO
 
@@ -129,11 +131,78 @@ def test_published_ssh_port_is_read_from_podman_ps():
     assert lab._ssh_port_of([{"container_port": 22, "host_port": 0, "protocol": "tcp"}]) is None
 
 
-def test_lab_status_shows_each_nodes_ssh_address(monkeypatch):
-    found = [lab.Node("nodeforge-t-1", "running", 41873), lab.Node("nodeforge-t-2", "exited", None)]
+def test_lab_nodes_are_read_from_podman_ps_with_their_os(monkeypatch):
+    """Each node's OS is its container's org.nodeforge.os label; a node started before labels were written (none)
+    runs Debian 12, the only OS such a lab had."""
+    listing = [
+        {"Names": ["nodeforge-t-2"], "State": "running", "Labels": {"org.nodeforge.os": "rocky9"},
+         "Ports": [{"container_port": 22, "host_port": 41874, "protocol": "tcp"}]},
+        {"Names": ["nodeforge-t-1"], "State": "exited", "Labels": {"org.nodeforge.lab": "t"}, "Ports": None},
+    ]  # fmt: skip
+    calls = []
+
+    def podman(*args, check=True):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, json.dumps(listing), "")
+
+    monkeypatch.setattr(lab, "_podman", podman)
+    assert lab.nodes("t") == [
+        lab.Node("nodeforge-t-1", "exited", None, "debian12"),
+        lab.Node("nodeforge-t-2", "running", 41874, "rocky9"),
+    ]
+    assert calls == [("ps", "-a", "--filter", "label=org.nodeforge.lab=t", "--format", "json")]
+
+
+def test_lab_status_shows_each_nodes_ssh_address_and_os(monkeypatch):
+    found = [lab.Node("nodeforge-t-1", "running", 41873), lab.Node("nodeforge-t-2", "exited", None, "ubuntu24.04")]
     monkeypatch.setattr(lab, "nodes", lambda name: found)
     result = CliRunner().invoke(main, ["lab", "status", "--name", "t"])
     assert result.exit_code == 0, result.output
-    assert "nodeforge-t-1  running  ssh 127.0.0.1:41873" in result.output
-    assert "nodeforge-t-2  exited  ssh: no port published" in result.output
+    assert "nodeforge-t-1  running  ssh 127.0.0.1:41873  debian12" in result.output
+    assert "nodeforge-t-2  exited  ssh: no port published  ubuntu24.04" in result.output
     assert f"known_hosts: {lab.known_hosts_path('t')}" in result.output
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--os", "debian12,rocky8"], "--os 'debian12,rocky8': expected a comma-separated list of debian12, debian13"),
+        (["--os", "debian12", "--nodes", "2"], "give --os or --nodes, not both"),
+        (["--os", "debian12", "--vm"], "--os is for container nodes"),
+        (["--mirror", "/nowhere", "--vm"], "--mirror is for container nodes"),
+    ],
+)
+def test_lab_up_refuses_an_os_list_it_cannot_start_before_any_node(monkeypatch, argv, message):
+    started = []
+    monkeypatch.setattr(lab, "up", lambda *a: started.append(a))
+    monkeypatch.setattr(lab_vm, "up", lambda *a: started.append(a))
+    result = CliRunner().invoke(main, ["lab", "up", "--name", "t", *argv])
+    assert result.exit_code != 0
+    assert message in " ".join(result.output.split()), result.output
+    assert started == []
+
+
+def test_lab_up_hands_the_os_list_to_the_lab_in_node_order(monkeypatch):
+    seen = []
+    monkeypatch.setattr(lab, "up", lambda *a: seen.append(a) or Path("/x/hosts.yml"))
+    monkeypatch.setattr(lab, "nodes", lambda name: [])
+    result = CliRunner().invoke(main, ["lab", "up", "--name", "t", "--os", "rocky9,debian12", "--mirror", "/m"])
+    assert result.exit_code == 0, result.output
+    assert seen == [("t", 2, Path("/m"), ["rocky9", "debian12"])]
+    assert "repositories: from /m, served on each node's loopback" in result.output
+
+
+def test_an_el_node_outside_a_checkout_says_where_its_image_comes_from(monkeypatch, tmp_path):
+    """An installed nodeforge ships lab/ without the harness: a Rocky node's image cannot be built there, and `lab up`
+    says why before it runs the build script (which a Debian node's image still gets)."""
+    (tmp_path / "lab" / "base-image").mkdir(parents=True)
+    (tmp_path / "lab" / "base-image" / "build.sh").write_text("echo built for $NODEFORGE_NODE_OS >&2; exit 7\n")
+    monkeypatch.setattr(lab.content, "root", lambda: tmp_path)
+    with pytest.raises(lab.LabError) as el:
+        lab.ensure_image("rocky9")
+    assert "built from a checkout of nodeforge" in str(el.value)
+    assert "molecule/fixture_repo/fixture_rpm.py" in str(el.value)
+    with pytest.raises(lab.LabError) as debian:
+        lab.ensure_image("debian13")
+    assert str(debian.value).endswith("building the debian13 base image failed "
+                                      f"({tmp_path}/lab/base-image/build.sh):\nbuilt for debian13")  # fmt: skip

@@ -94,8 +94,8 @@ def upgrade(inventory: str, *argv: str) -> tuple[int, dict]:
 
 def test_rolling_toolkit_upgrade_halts_resumes_and_downgrades(lab_name, tmp_path, monkeypatch):
     mirror = tmp_path / "toolkit-mirror"
-    subprocess.run([sys.executable, str(REPO / "tools" / "lab_toolkit_mirror.py"), str(mirror)], check=True)
-    up = CliRunner().invoke(main, ["lab", "up", "--nodes", "4", "--toolkit-mirror", str(mirror), "--provision",
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)
+    up = CliRunner().invoke(main, ["lab", "up", "--nodes", "4", "--mirror", str(mirror), "--provision",
                                    "--json", "--name", lab_name])  # fmt: skip
     assert up.exit_code == 0, up.output
     nodes = [f"nodeforge-{lab_name}-{i}" for i in range(1, 5)]

@@ -621,7 +621,13 @@ def _lab_call(func: Any, *args: Any) -> Any:
 
 
 @lab_group.command(name="up")
-@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of nodes.")
+@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of nodes (Debian 12).")
+@click.option(
+    "--os",
+    "os_list",
+    metavar="OS[,OS...]",
+    help=f"One container node per OS listed, in node order ({', '.join(lab.LAB_OSES)}), instead of --nodes.",
+)
 @click.option(
     "--vm",
     is_flag=True,
@@ -630,30 +636,41 @@ def _lab_call(func: Any, *args: Any) -> Any:
 @click.option("--provision", "then_provision", is_flag=True, help="Provision the nodes right away.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the nodes (with --provision: the run) as JSON.")
 @click.option(
+    "--mirror",
     "--toolkit-mirror",
+    "mirror",
     type=click.Path(path_type=Path),
-    help="A local copy of NVIDIA's container toolkit repository (gpgkey, stable/deb/amd64/) to serve to the nodes.",
+    help="A local copy of the vendors' repositories in their layouts (tools/lab_mirror.py builds the lab's) to serve "
+    "to the nodes.",
 )
 @_lab_name
-def lab_up(nodes: int, vm: bool, then_provision: bool, json_mode: bool, toolkit_mirror: Path | None, name: str) -> None:
-    """Start N container nodes, or with --vm N QEMU guests (sshd on loopback ports), and write their inventory."""
+def lab_up(
+    nodes: int, os_list: str | None, vm: bool, then_provision: bool, json_mode: bool, mirror: Path | None, name: str
+) -> None:
+    """Start N container nodes, one per OS with --os, or with --vm N QEMU guests (sshd on loopback ports), and write
+    their inventory."""
     console = _console(json_mode)
-    if vm and toolkit_mirror is not None:
-        raise click.UsageError("--toolkit-mirror is for container nodes (the VM nodes' inventory runs no toolkit role)")
+    if vm and mirror is not None:
+        raise click.UsageError("--mirror is for container nodes (the VM nodes' inventory runs no toolkit role)")
+    if vm and os_list is not None:
+        raise click.UsageError("--os is for container nodes (the VM nodes run Debian 12's kernel)")
     if vm and then_provision:
         raise click.UsageError(
             "--provision is for container nodes: on VM nodes run `nodeforge lab provision --tags ...` with the roles a "
             "VM shows something for (inventories/lab-vm/hosts.yml)"
         )
-    path = _lab_call(lab_vm.up, name, nodes) if vm else _lab_call(lab.up, name, nodes, toolkit_mirror)
+    oses = _lab_call(lab.parse_oses, os_list) if os_list is not None else None
+    if oses is not None and click.get_current_context().get_parameter_source("nodes").name != "DEFAULT":
+        raise click.UsageError("--os starts one node per OS listed: give --os or --nodes, not both")
+    path = _lab_call(lab_vm.up, name, nodes) if vm else _lab_call(lab.up, name, nodes, mirror, oses)
     started = _lab_call(lab.nodes, name)
     console.print(f"lab {name}: {len(started)} node(s) up; inventory: {path}")
     if vm:
         console.print("VM nodes (QEMU, software emulation); console logs under " + str(lab_vm.vm_dir(name)))
-    elif toolkit_mirror is None:
-        console.print("container toolkit: from NVIDIA's repository (no --toolkit-mirror given)")
+    elif mirror is None:
+        console.print("repositories: the vendors' own (no --mirror given)")
     else:
-        console.print(f"container toolkit: from {toolkit_mirror}, served on each node's loopback")
+        console.print(f"repositories: from {mirror}, served on each node's loopback")
     if then_provision:
         sys.exit(_lab_provision(name, json_mode, files=[path]))
     if json_mode:
@@ -705,7 +722,7 @@ def lab_status(json_mode: bool, name: str) -> None:
         console.print(f"lab {name}: no nodes")
     for node in found:
         address = f"ssh {lab.LOOPBACK}:{node.port}" if node.port else "ssh: no port published"
-        console.print(f"{node.name}  {node.state}  {address}")
+        console.print(f"{node.name}  {node.state}  {address}  {node.os}")
     for label, where in paths.items() if found else ():
         console.print(f"{label}: {where}", soft_wrap=True)
     if json_mode:

@@ -5,6 +5,9 @@ do: on the first node root cannot log in over SSH and sudo asks admin's password
 lab's directory, which the inventory's ansible_become_password reads at run time, as a site's vaulted one would be),
 so the lab reaches it as admin; on the others sudo asks no password (NOPASSWD) and the lab logs in as root.
 
+`lab up --os` starts one node per OS listed (Debian 12 and 13, Rocky 9 and Ubuntu 24.04: the base images of
+lab/base-image/build.sh), each in its OS's group of the lab inventory.
+
 `lab up` generates every node's host key on the controller before the node first boots and writes the lab's
 known_hosts from those keys (never from what a node answers), so host key checking stays on exactly as for a real
 inventory.
@@ -19,6 +22,7 @@ import secrets
 import shlex
 import shutil
 import subprocess
+import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,11 @@ from nodeforge.runner import RunOptions, run_playbook, state_dir
 
 IMAGE = os.environ.get("NODEFORGE_BASE_IMAGE", "localhost/nodeforge-debian12:latest")
 LABEL = "org.nodeforge.lab"
+OS_LABEL = "org.nodeforge.os"
+DEFAULT_OS = "debian12"
+# The node OSes a lab node can run: those the lab's mirror (tools/lab_mirror.py) and its inventory's OS groups serve.
+# rocky8 and ubuntu22.04 have base images too (molecule runs them) but no stand-in repositories in the lab.
+LAB_OSES = ("debian12", "debian13", "rocky9", "ubuntu24.04")
 LOOPBACK = "127.0.0.1"
 SSH_PORT = "22/tcp"
 SSH_USER = "root"
@@ -74,6 +83,29 @@ class Node:
     name: str
     state: str
     port: int | None = None  # the loopback port forwarded to the node's sshd
+    os: str = DEFAULT_OS
+
+
+def parse_oses(value: str) -> list[str]:
+    """`--os debian12,rocky9`: the node OSes in node order (node N runs the Nth), each one the lab can run."""
+    oses = [item.strip() for item in value.split(",")] if value.strip() else []
+    unknown = [item for item in oses if item not in LAB_OSES]
+    if not oses or unknown:
+        raise LabError(
+            f"--os {value!r}: expected a comma-separated list of {', '.join(LAB_OSES)} "
+            f"(unknown: {', '.join(repr(u) for u in unknown) or 'none given'})"
+        )
+    return oses
+
+
+def image_of(node_os: str) -> str:
+    """The base image of a node OS (NODEFORGE_BASE_IMAGE replaces Debian 12's, the default)."""
+    return IMAGE if node_os == DEFAULT_OS else f"localhost/nodeforge-{node_os}:latest"
+
+
+def os_group(node_os: str) -> str:
+    """The lab inventory's group of a node OS: lab_debian13, lab_ubuntu2404 (a group name has no dots)."""
+    return "lab_" + node_os.replace(".", "")
 
 
 def lab_dir(name: str) -> Path:
@@ -127,12 +159,21 @@ def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def ensure_image() -> None:
-    """Build the base image when missing or stale (the build script caches on its own checksum)."""
-    script = content.root() / "lab" / "base-image" / "build.sh"
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=podman_env(), check=False)
+def ensure_image(node_os: str = DEFAULT_OS) -> None:
+    """Build the OS's base image when missing or stale (the build script caches on its own checksum). The script is
+    run at its real path: in a checkout, the EL tier's image is built with the harness beside it (molecule/)."""
+    script = (content.root() / "lab" / "base-image" / "build.sh").resolve()
+    builder = script.parents[2] / "molecule" / "fixture_repo" / "fixture_rpm.py"
+    if node_os.startswith("rocky") and not builder.is_file():
+        raise LabError(
+            f"a {node_os} node needs the EL tier's base image, which is built from a checkout of nodeforge (its rpm "
+            f"database comes from {builder.relative_to(script.parents[2])}, not shipped in the package): run "
+            f"`nodeforge lab up` from the checkout's virtualenv (make setup)"
+        )
+    env = {**podman_env(), "NODEFORGE_NODE_OS": node_os, "NODEFORGE_BASE_IMAGE": image_of(node_os)}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
-        raise LabError(f"building the base image failed ({script}):\n{proc.stderr.strip()}")
+        raise LabError(f"building the {node_os} base image failed ({script}):\n{proc.stderr.strip()}")
 
 
 def nodes(name: str) -> list[Node]:
@@ -142,7 +183,15 @@ def nodes(name: str) -> list[Node]:
         return lab_vm.nodes(name)
     proc = _podman("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "json")
     data = json.loads(proc.stdout or "[]")
-    found = (Node(c["Names"][0], c.get("State", "unknown"), _ssh_port_of(c.get("Ports"))) for c in data)
+    found = (
+        Node(
+            c["Names"][0],
+            c.get("State", "unknown"),
+            _ssh_port_of(c.get("Ports")),
+            (c.get("Labels") or {}).get(OS_LABEL, DEFAULT_OS),
+        )
+        for c in data
+    )
     return sorted(found, key=lambda n: n.name)
 
 
@@ -340,12 +389,36 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
 
 # The lab's settings live in one place, the sample inventory shipped as inventories/lab/hosts.yml: what the lab's
 # container nodes can do (Debian 12's own driver, branch 535; no kernel to build modules for, so
-# gpudirect_rdma_require_module false; Debian's RDMA stack) and where a toolkit mirror is served on each node's
-# loopback. `lab up` writes that inventory with its own node names.
+# gpudirect_rdma_require_module false; Debian's RDMA stack), what differs per node OS (its group's vars) and where
+# the mirror is served on each node's loopback. `lab up` writes that inventory with its own node names.
 SAMPLE = ("inventories", "lab", "hosts.yml")
 GROUP = "gpu_nodes"
-MIRROR_SECTION = "nvidia_container_toolkit"
+TOOLKIT = "nvidia_container_toolkit"
 MIRROR_ARCH = "amd64"
+# What each node OS installs from the mirror (tools/lab_mirror.py), under the mirror's root: the toolkit's key and
+# repository, and for the OSes in cuda_repo mode NVIDIA's CUDA repository and the distribution's own (Rocky's BaseOS
+# and AppStream, EPEL) that the lab's EL node is pointed at (lab/serve_mirror.yml).
+MIRROR_PATHS = {
+    "debian12": ["gpgkey", "stable/deb/amd64/InRelease"],
+    "debian13": ["gpgkey", "stable/deb/amd64/InRelease"],
+    "ubuntu24.04": [
+        "gpgkey",
+        "stable/deb/amd64/InRelease",
+        "compute/cuda/repos/ubuntu2404/x86_64/InRelease",
+        "compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb",
+    ],
+    "rocky9": [
+        "gpgkey",
+        "stable/rpm/x86_64/repodata/repomd.xml",
+        "compute/cuda/repos/rhel9/x86_64/repodata/repomd.xml",
+        "compute/cuda/repos/rhel9/x86_64/D42D0685.pub",
+        "pub/epel/9/Everything/x86_64/repodata/repomd.xml",
+        "rocky/9/BaseOS/x86_64/os/repodata/repomd.xml",
+        "rocky/9/AppStream/x86_64/os/repodata/repomd.xml",
+        "keys/RPM-GPG-KEY-Rocky-9",
+        "keys/RPM-GPG-KEY-EPEL-9",
+    ],
+}
 
 
 def sample() -> dict:
@@ -353,7 +426,16 @@ def sample() -> dict:
 
 
 def _mirror_urls(group_vars: dict) -> dict[str, str]:
-    return group_vars["nodeforge_manifest_overrides"][MIRROR_SECTION]
+    return group_vars["nodeforge_manifest_overrides"][TOOLKIT]
+
+
+def _pin(overrides: dict, fingerprints: list[str]) -> None:
+    """The mirror's key pinned wherever a role checks a key it fetches from the mirror (the role refuses any other
+    key, as it does NVIDIA's): the toolkit's key, cuda-keyring's keyring and the CUDA repository's RPM key."""
+    overrides[TOOLKIT]["key_fingerprints"] = list(fingerprints)
+    cuda = overrides["nvidia_driver"]["cuda_repo"]
+    cuda["keyring_fingerprints"] = list(fingerprints)
+    cuda["key_fingerprints_rpm"] = list(fingerprints)
 
 
 def inventory(
@@ -361,20 +443,29 @@ def inventory(
     mirror: bool = True,
     fingerprints: list[str] | None = None,
     host_vars: dict[str, dict] | None = None,
+    oses: dict[str, str] | None = None,
 ) -> dict:
     """The lab's inventory: the sample's group vars for these nodes, each node's connection values (ssh_host_vars)
-    as its host vars, the mirror key's fingerprints pinned (the role refuses any other key, as it does for
-    NVIDIA's); without a mirror, NVIDIA's own repository."""
+    as its host vars, each node not on Debian 12 in its OS's group (oses: node -> OS), the mirror key's fingerprints
+    pinned; without a mirror, the vendors' own repositories."""
     data = sample()
     group = data["all"]["children"][GROUP]
     group["hosts"] = {h: (host_vars or {}).get(h) for h in hosts}
+    members: dict[str, list[str]] = {}
+    for host, node_os in (oses or {}).items():
+        members.setdefault(os_group(node_os), []).append(host)
+    children = group.get("children") or {}
+    for child in list(children):
+        if child in members:
+            children[child]["hosts"] = {h: None for h in members[child]}
+        else:
+            children.pop(child)
+    if not children:
+        group.pop("children", None)
     if mirror and fingerprints:
-        _mirror_urls(group["vars"])["key_fingerprints"] = list(fingerprints)
+        _pin(group["vars"]["nodeforge_manifest_overrides"], fingerprints)
     if not mirror:
-        overrides = group["vars"]["nodeforge_manifest_overrides"]
-        overrides.pop(MIRROR_SECTION)
-        if not overrides:
-            group["vars"].pop("nodeforge_manifest_overrides")
+        group["vars"].pop("nodeforge_manifest_overrides")
     return data
 
 
@@ -384,6 +475,7 @@ def write_inventory(
     mirror: bool = True,
     fingerprints: list[str] | None = None,
     ports: dict[str, int] | None = None,
+    oses: dict[str, str] | None = None,
 ) -> Path:
     """The lab's inventory file; hosts with a port in ports are reached over SSH on that loopback port."""
     host_vars = {h: ssh_host_vars(name, port, login_user(h)) for h, port in (ports or {}).items()}
@@ -393,7 +485,8 @@ def write_inventory(
         "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes, each\n"
         "# reached over SSH on its loopback port with the lab's key and known_hosts (host key checking on).\n"
     )
-    path.write_text(header + yaml.safe_dump(inventory(hosts, mirror, fingerprints, host_vars), sort_keys=False))
+    data = inventory(hosts, mirror, fingerprints, host_vars, oses)
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path
 
 
@@ -404,49 +497,62 @@ def mirror_fingerprints(mirror: Path) -> list[str]:
     key = mirror / urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"]).path.lstrip("/")
     try:
         return parsers.openpgp_fingerprints(key.read_text())["primary"]
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LabError(f"--toolkit-mirror: {key} is not an armored OpenPGP public key: {exc}") from exc
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise LabError(f"--mirror: {key} is not an armored OpenPGP public key: {exc}") from exc
 
 
-def check_mirror(mirror: Path) -> None:
-    """A toolkit mirror has NVIDIA's layout: the signing key and the flat repository the inventory's URLs name."""
-    urls = _mirror_urls(sample()["all"]["children"][GROUP]["vars"])
-    wanted = [
-        urlsplit(urls["key_url"]).path,
-        urlsplit(urls["deb_url"]).path.replace("$(ARCH)", MIRROR_ARCH) + "/InRelease",
-    ]
-    missing = [p.lstrip("/") for p in wanted if not (mirror / p.lstrip("/")).is_file()]
+def check_mirror(mirror: Path, oses: list[str] | tuple[str, ...] = (DEFAULT_OS,)) -> None:
+    """A mirror has the vendors' layout: what each node OS of the lab installs from it (MIRROR_PATHS)."""
+    wanted = list(dict.fromkeys(p for node_os in oses for p in MIRROR_PATHS[node_os]))
+    missing = [p for p in wanted if not (mirror / p).is_file()]
     if not mirror.is_dir() or missing:
         raise LabError(
-            f"--toolkit-mirror {mirror}: expected a copy of NVIDIA's container toolkit repository in its own layout; "
-            f"missing: {', '.join(missing) if mirror.is_dir() else 'the directory itself'}"
+            f"--mirror {mirror}: expected the vendors' repositories in their own layout (tools/lab_mirror.py builds "
+            f"the lab's); missing for {', '.join(dict.fromkeys(oses))}: "
+            f"{', '.join(missing) if mirror.is_dir() else 'the directory itself'}"
         )
 
 
-def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
+def up(name: str, count: int, mirror: Path | None = None, oses: list[str] | None = None) -> Path:
+    """Start the lab's nodes: `count` Debian 12 nodes, or with `oses` one node per OS listed (node N runs the Nth)."""
     check_name(name)
+    if oses is not None:
+        count = len(oses)
     if count < 1:
         raise LabError(f"--nodes must be at least 1 (got {count})")
-    if toolkit_mirror is not None:
-        toolkit_mirror = toolkit_mirror.resolve()
-        check_mirror(toolkit_mirror)
-        mirror_fingerprints(toolkit_mirror)  # a key that cannot be read stops here, before any container starts
+    wanted_os = {f"nodeforge-{name}-{i}": node_os for i, node_os in enumerate(oses or [DEFAULT_OS] * count, 1)}
+    if mirror is not None:
+        mirror = mirror.resolve()
+        check_mirror(mirror, list(wanted_os.values()))
+        mirror_fingerprints(mirror)  # a key that cannot be read stops here, before any container starts
     _require("ssh", "ssh-keygen")
-    ensure_image()
+    existing = {n.name: n for n in nodes(name)}
+    clash = [
+        f"{n} runs {existing[n].os}, not {o}"
+        for n, o in wanted_os.items()
+        if existing.get(n, Node(n, "", os=o)).os != o
+    ]
+    if clash:
+        raise LabError(
+            f"lab {name} is up with other node OSes ({'; '.join(clash)}): run `nodeforge lab down --name {name}` "
+            f"first (nothing is removed implicitly)"
+        )
+    for node_os in dict.fromkeys(wanted_os.values()):
+        ensure_image(node_os)
     _private_dir(lab_dir(name))
     keygen(client_key(name), f"nodeforge lab {name}")
     _private_dir(lab_dir(name) / "host_keys")
-    wanted = [f"nodeforge-{name}-{i}" for i in range(1, count + 1)]
-    existing = {n.name: n for n in nodes(name)}
     # Nodes beyond --nodes are kept (and started if stopped): `lab down` removes them; nothing is destroyed implicitly.
-    all_nodes = sorted(set(wanted) | set(existing))
+    all_nodes = sorted(set(wanted_os) | set(existing))
+    node_oses = {n: existing[n].os if n in existing else wanted_os[n] for n in all_nodes}
     for container in all_nodes:
         node = existing.get(container)
         if node is None:
             keygen(host_key(name, container), f"{container} host key")
             _podman(
                 "create", "--name", container, "--hostname", container, "--label", f"{LABEL}={name}",
-                "--systemd=always", "--tmpfs", "/tmp", "--publish", f"{LOOPBACK}::22", IMAGE, "/sbin/init",
+                "--label", f"{OS_LABEL}={node_oses[container]}", "--systemd=always", "--tmpfs", "/tmp",
+                "--publish", f"{LOOPBACK}::22", image_of(node_oses[container]), "/sbin/init",
             )  # fmt: skip
             _first_start(name, container)
         elif node.state != "running":
@@ -460,10 +566,10 @@ def up(name: str, count: int, toolkit_mirror: Path | None = None) -> Path:
     write_known_hosts(name, ports)
     for container in all_nodes:
         _wait_ssh(name, container, ports[container], user=login_user(container))
-    fingerprints = mirror_fingerprints(toolkit_mirror) if toolkit_mirror is not None else None
-    path = write_inventory(name, all_nodes, toolkit_mirror is not None, fingerprints, ports)
-    if toolkit_mirror is not None:
-        _serve_mirror(path, toolkit_mirror)
+    fingerprints = mirror_fingerprints(mirror) if mirror is not None else None
+    path = write_inventory(name, all_nodes, mirror is not None, fingerprints, ports, node_oses)
+    if mirror is not None:
+        _serve_mirror(path, mirror)
     return path
 
 
@@ -476,12 +582,19 @@ def _first_start(name: str, container: str) -> None:
 
 
 def _serve_mirror(inventory_file: Path, mirror: Path) -> None:
-    """lab/serve_toolkit_mirror.yml: copy the mirror to every node and serve it on the node's loopback."""
-    opts = RunOptions(inventory=str(inventory_file), extravars={"lab_toolkit_mirror": str(mirror)})
-    result = run_playbook(str(content.root() / "lab" / "serve_toolkit_mirror.yml"), opts)
+    """lab/serve_mirror.yml: the mirror, packed in the lab's directory, unpacked on every node and served on the
+    node's loopback."""
+    archive = inventory_file.parent / "mirror.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(mirror.rglob("*")):
+            if path.is_symlink() or not (path.is_file() or path.is_dir()):
+                raise LabError(f"--mirror {mirror}: {path} is not a plain file or directory")
+        tar.add(mirror, arcname=".")
+    opts = RunOptions(inventory=str(inventory_file), extravars={"lab_mirror_archive": str(archive)})
+    result = run_playbook(str(content.root() / "lab" / "serve_mirror.yml"), opts)
     if result.rc != 0:
         detail = "; ".join(f"{f.host}: {f.task}: {f.message}" for f in result.failures) or result.error
-        raise LabError(f"serving the toolkit mirror to the lab's nodes failed ({result.artifacts}): {detail}")
+        raise LabError(f"serving the mirror to the lab's nodes failed ({result.artifacts}): {detail}")
 
 
 def down(name: str) -> list[str]:
