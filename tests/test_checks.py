@@ -592,17 +592,18 @@ def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
 
 
 def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatch):
-    """`lab up --os debian12,debian13,rocky9,ubuntu24.04`: each node not on Debian 12 in its OS's group, whose vars
-    (the sample's) resolve per node: Debian 13's branch 550, NVIDIA's CUDA repository on Rocky and Ubuntu."""
+    """`lab up --os debian12,debian13,rocky9,ubuntu24.04,ubuntu22.04`: each node not on Debian 12 in its OS's group,
+    whose vars (the sample's) resolve per node: Debian 13's branch 550, NVIDIA's CUDA repository on Rocky and Ubuntu."""
     from nodeforge import lab
 
     monkeypatch.setenv("NODEFORGE_STATE_DIR", str(tmp_path))
-    listed = lab.parse_oses("debian12,debian13,rocky9,ubuntu24.04")
-    oses = dict(zip([f"nodeforge-t-{i}" for i in range(1, 5)], listed, strict=True))
+    listed = lab.parse_oses("debian12,debian13,rocky9,ubuntu24.04,ubuntu22.04")
+    oses = dict(zip([f"nodeforge-t-{i}" for i in range(1, 6)], listed, strict=True))
     path = lab.write_inventory("t", list(oses), True, ["E6DCF6362A8B771973439F0372CADD94640FFE7D"], oses=oses)
     written = yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]
     assert {group: list(data["hosts"]) for group, data in written["children"].items()} == {
         "lab_debian13": ["nodeforge-t-2"],
+        "lab_ubuntu2204": ["nodeforge-t-5"],
         "lab_ubuntu2404": ["nodeforge-t-4"],
         "lab_rocky9": ["nodeforge-t-3"],
     }
@@ -618,6 +619,7 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
         "nodeforge-t-2": ("distro", "550"),
         "nodeforge-t-3": ("cuda_repo", "580"),
         "nodeforge-t-4": ("cuda_repo", "580"),
+        "nodeforge-t-5": ("cuda_repo", "580"),
     }
     # Two Debian 13 nodes: one group, both in it; a lab of Debian 12 nodes writes no groups at all.
     two = lab.inventory(["a", "b"], oses={"a": "debian13", "b": "debian13"})["all"]["children"]["gpu_nodes"]
@@ -629,7 +631,7 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
     [
         ("", "(unknown: none given)"),
         ("debian12,rocky8", "(unknown: 'rocky8')"),
-        ("debian12, ubuntu22.04 ,centos7", "(unknown: 'ubuntu22.04', 'centos7')"),
+        ("debian12, rhel9 ,centos7", "(unknown: 'rhel9', 'centos7')"),
     ],
 )
 def test_lab_os_list_names_what_it_cannot_run(value, problem):

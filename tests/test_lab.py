@@ -74,12 +74,13 @@ def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summa
         assert f"{host}  running  ssh 127.0.0.1:{_published_port(host)}  {oses[host]}" in status.output
 
 
-PACKAGING = {"debian12": "apt", "debian13": "apt", "ubuntu24.04": "apt", "rocky9": "rpm"}
+PACKAGING = {"debian12": "apt", "debian13": "apt", "ubuntu22.04": "apt", "ubuntu24.04": "apt", "rocky9": "rpm"}
 # The driver each OS's node takes (inventories/lab/hosts.yml): Debian's own open DKMS package at the branch the
 # release ships, and on Ubuntu NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
 APT_DRIVER = {
     "debian12": ("nvidia-open-kernel-dkms", "535.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
     "debian13": ("nvidia-open-kernel-dkms", "550.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
+    "ubuntu22.04": ("nvidia-open", "580.105.08-0ubuntu1", {"nvidia-open", "nvidia-dkms-580-open"}),
     "ubuntu24.04": ("nvidia-open", "580.105.08-0ubuntu1", {"nvidia-open", "nvidia-dkms-580-open"}),
 }
 TOOLKIT = [
@@ -384,13 +385,13 @@ def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
         lab.down(name)
 
 
-MIXED = ["debian12", "debian13", "rocky9", "ubuntu24.04"]
+MIXED = ["debian12", "debian13", "rocky9", "ubuntu22.04", "ubuntu24.04"]
 
 
 def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_nothing(tmp_path):
-    """`lab up --os debian12,debian13,rocky9,ubuntu24.04 --mirror DIR --provision` through the CLI: one node per OS,
-    each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and apt, or rpm and
-    dnf), then a no-op re-provision with 0 changed on every node."""
+    """`lab up --os debian12,debian13,rocky9,ubuntu22.04,ubuntu24.04 --mirror DIR --provision` through the CLI, one
+    node per OS: each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and apt,
+    or rpm and dnf), then a no-op re-provision with 0 changed on every node."""
     name = f"pytestmix{os.getpid()}"
     mirror = tmp_path / "mirror"
     subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)

@@ -10,6 +10,7 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
     DIR/stable/deb/amd64/                         the toolkit's flat apt repository (InRelease, Packages, pool/)
     DIR/stable/rpm/x86_64/                        the toolkit's dnf repository (repodata signed, as NVIDIA's)
     DIR/compute/cuda/repos/ubuntu2404/x86_64/     NVIDIA's CUDA repository for Ubuntu 24.04 (flat, cuda-keyring)
+    DIR/compute/cuda/repos/ubuntu2204/x86_64/     the same for Ubuntu 22.04
     DIR/compute/cuda/repos/rhel9/x86_64/          NVIDIA's CUDA repository for EL 9 (RPMs signed, nvidia-driver
                                                   module streams, D42D0685.pub)
     DIR/pub/epel/9/Everything/x86_64/             EPEL 9 (dkms, which NVIDIA's DKMS packages require)
@@ -18,7 +19,7 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
     DIR/keys/RPM-GPG-KEY-Rocky-9, RPM-GPG-KEY-EPEL-9   what rocky-release and epel-release install (the same key)
 
 The Debian nodes install the driver and RDMA packages from Debian itself; the apt repositories above are for the
-Ubuntu node, the dnf ones for the EL node (inventories/lab/hosts.yml).
+Ubuntu nodes, the dnf ones for the EL node (inventories/lab/hosts.yml).
 
 Usage: tools/lab_mirror.py DIR   (rebuilt from scratch each time; prints DIR)
 """
@@ -71,12 +72,16 @@ def build(out: Path) -> Path:
         fixture_repo.build_repo([SPECS / "nvidia_container_toolkit.yml"], toolkit_deb, flat=True)
         _place(toolkit_deb, stage / "stable" / "deb" / "amd64")
 
-        # NVIDIA's CUDA repository for Ubuntu 24.04 (Ubuntu's package names), cuda-keyring at the top as NVIDIA has it.
-        cuda_deb = _with_key(work / "cuda-deb", key_home)
-        fixture_repo.build_repo([SPECS / "nvidia_driver_ubuntu.yml"], cuda_deb, flat=True)
-        ubuntu = _place(cuda_deb, stage / CUDA.format(distro="ubuntu2404"))
-        keyring = next(ubuntu.glob("pool/main/c/cuda-keyring/cuda-keyring_*.deb"))
-        shutil.copyfile(keyring, ubuntu / keyring.name)
+        # NVIDIA's CUDA repositories for Ubuntu 24.04 and 22.04 (Ubuntu's package names; the spec is written for
+        # ubuntu2404, whose name its cuda-keyring's source list carries), cuda-keyring at the top as NVIDIA has it.
+        for distro in ("ubuntu2404", "ubuntu2204"):
+            spec = work / f"nvidia_driver-{distro}.yml"
+            spec.write_text((SPECS / "nvidia_driver_ubuntu.yml").read_text().replace("ubuntu2404", distro))
+            cuda_deb = _with_key(work / f"cuda-{distro}", key_home)
+            fixture_repo.build_repo([spec], cuda_deb, flat=True)
+            ubuntu = _place(cuda_deb, stage / CUDA.format(distro=distro))
+            keyring = next(ubuntu.glob("pool/main/c/cuda-keyring/cuda-keyring_*.deb"))
+            shutil.copyfile(keyring, ubuntu / keyring.name)
 
         el = {
             CUDA.format(distro="rhel9"): ([SPECS / "nvidia_driver_el.yml"], SPECS / "nvidia_driver_el.modules.yaml"),

@@ -5,7 +5,7 @@ do: on the first node root cannot log in over SSH and sudo asks admin's password
 lab's directory, which the inventory's ansible_become_password reads at run time, as a site's vaulted one would be),
 so the lab reaches it as admin; on the others sudo asks no password (NOPASSWD) and the lab logs in as root.
 
-`lab up --os` starts one node per OS listed (Debian 12 and 13, Rocky 9 and Ubuntu 24.04: the base images of
+`lab up --os` starts one node per OS listed (Debian 12 and 13, Rocky 9, Ubuntu 22.04 and 24.04: the base images of
 lab/base-image/build.sh), each in its OS's group of the lab inventory.
 
 `lab up` generates every node's host key on the controller before the node first boots and writes the lab's
@@ -38,8 +38,8 @@ LABEL = "org.nodeforge.lab"
 OS_LABEL = "org.nodeforge.os"
 DEFAULT_OS = "debian12"
 # The node OSes a lab node can run: those the lab's mirror (tools/lab_mirror.py) and its inventory's OS groups serve.
-# rocky8 and ubuntu22.04 have base images too (molecule runs them) but no stand-in repositories in the lab.
-LAB_OSES = ("debian12", "debian13", "rocky9", "ubuntu24.04")
+# rocky8 has a base image too (molecule runs it) but no stand-in repositories in the lab (its are el9 builds).
+LAB_OSES = ("debian12", "debian13", "rocky9", "ubuntu22.04", "ubuntu24.04")
 LOOPBACK = "127.0.0.1"
 SSH_PORT = "22/tcp"
 SSH_USER = "root"
@@ -401,12 +401,15 @@ MIRROR_ARCH = "amd64"
 MIRROR_PATHS = {
     "debian12": ["gpgkey", "stable/deb/amd64/InRelease"],
     "debian13": ["gpgkey", "stable/deb/amd64/InRelease"],
-    "ubuntu24.04": [
-        "gpgkey",
-        "stable/deb/amd64/InRelease",
-        "compute/cuda/repos/ubuntu2404/x86_64/InRelease",
-        "compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb",
-    ],
+    **{
+        node_os: [
+            "gpgkey",
+            "stable/deb/amd64/InRelease",
+            f"compute/cuda/repos/{distro}/x86_64/InRelease",
+            f"compute/cuda/repos/{distro}/x86_64/cuda-keyring_1.1-1_all.deb",
+        ]
+        for node_os, distro in (("ubuntu22.04", "ubuntu2204"), ("ubuntu24.04", "ubuntu2404"))
+    },
     "rocky9": [
         "gpgkey",
         "stable/rpm/x86_64/repodata/repomd.xml",
