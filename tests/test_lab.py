@@ -74,7 +74,14 @@ def provisioned_lab_is_what_the_roles_say(lab_name: str, nodes: list[str], summa
         assert f"{host}  running  ssh 127.0.0.1:{_published_port(host)}  {oses[host]}" in status.output
 
 
-PACKAGING = {"debian12": "apt", "debian13": "apt", "ubuntu22.04": "apt", "ubuntu24.04": "apt", "rocky9": "rpm"}
+PACKAGING = {
+    "debian12": "apt",
+    "debian13": "apt",
+    "ubuntu22.04": "apt",
+    "ubuntu24.04": "apt",
+    "rocky8": "rpm",
+    "rocky9": "rpm",
+}
 # The driver each OS's node takes (inventories/lab/hosts.yml): Debian's own open DKMS package at the branch the
 # release ships, and on Ubuntu NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
 APT_DRIVER = {
@@ -388,27 +395,39 @@ def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
 MIXED = ["debian12", "debian13", "rocky9", "ubuntu22.04", "ubuntu24.04"]
 
 
-def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_nothing(tmp_path):
-    """`lab up --os debian12,debian13,rocky9,ubuntu22.04,ubuntu24.04 --mirror DIR --provision` through the CLI, one
-    node per OS: each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and apt,
-    or rpm and dnf), then a no-op re-provision with 0 changed on every node."""
-    name = f"pytestmix{os.getpid()}"
+def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, oses: list[str]) -> None:
+    """`lab up --os OS,... --mirror DIR --provision` through the CLI, one node per OS: each with its OS's driver, RDMA
+    and toolkit packages read from its own package manager (dpkg and apt, or rpm and dnf), then a no-op re-provision
+    with 0 changed on every node."""
     mirror = tmp_path / "mirror"
     subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)
-    nodes = [f"nodeforge-{name}-{i}" for i in range(1, len(MIXED) + 1)]
+    nodes = [f"nodeforge-{name}-{i}" for i in range(1, len(oses) + 1)]
     try:
-        up = CliRunner().invoke(main, ["lab", "up", "--os", ",".join(MIXED), "--mirror", str(mirror), "--provision",
+        up = CliRunner().invoke(main, ["lab", "up", "--os", ",".join(oses), "--mirror", str(mirror), "--provision",
                                        "--json", "--name", name])  # fmt: skip
         assert up.exit_code == 0, up.output
-        provisioned_lab_is_what_the_roles_say(name, nodes, json.loads(up.stdout), dict(zip(nodes, MIXED, strict=True)))
+        provisioned_lab_is_what_the_roles_say(name, nodes, json.loads(up.stdout), dict(zip(nodes, oses, strict=True)))
         reprovision_changes_nothing(name)
         # The nodes' OSes are the lab's: `lab up` again with another list refuses, and removes nothing.
-        again = CliRunner().invoke(main, ["lab", "up", "--os", "debian12,rocky9", "--name", name])
+        other = "debian13" if oses[0] != "debian13" else "debian12"
+        again = CliRunner().invoke(main, ["lab", "up", "--os", other, "--name", name])
         assert again.exit_code != 0
-        assert f"nodeforge-{name}-2 runs debian13, not rocky9" in again.output, again.output
+        assert f"nodeforge-{name}-1 runs {oses[0]}, not {other}" in again.output, again.output
         assert [n.name for n in lab.nodes(name)] == nodes
     finally:
         lab.down(name)
+
+
+def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_nothing(tmp_path):
+    """The mixed lab of make test: Debian 12 and 13, Rocky 9, Ubuntu 22.04 and 24.04, one node each."""
+    mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, f"pytestmix{os.getpid()}", MIXED)
+
+
+@pytest.mark.full
+def test_el8_lab_node_provisions_and_reprovisions_changing_nothing(tmp_path):
+    """Rocky 8 in the lab (make test-full): the driver from NVIDIA's rhel8 repository stand-in, Rocky 8's RDMA
+    packages, the toolkit's dnf path, on the EL tier's EL 8 identity; Rocky 9 runs the same role code in make test."""
+    mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, f"pytestel8{os.getpid()}", ["rocky8"])
 
 
 def test_lab_provision_without_lab_says_so():

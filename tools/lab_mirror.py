@@ -12,11 +12,12 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
     DIR/compute/cuda/repos/ubuntu2404/x86_64/     NVIDIA's CUDA repository for Ubuntu 24.04 (flat, cuda-keyring)
     DIR/compute/cuda/repos/ubuntu2204/x86_64/     the same for Ubuntu 22.04
     DIR/compute/cuda/repos/rhel9/x86_64/          NVIDIA's CUDA repository for EL 9 (RPMs signed, nvidia-driver
-                                                  module streams, D42D0685.pub)
-    DIR/pub/epel/9/Everything/x86_64/             EPEL 9 (dkms, which NVIDIA's DKMS packages require)
+                                                  module streams, D42D0685.pub); rhel8/ the same for EL 8
+    DIR/pub/epel/9/Everything/x86_64/             EPEL 9 (dkms, which NVIDIA's DKMS packages require); 8/ for EL 8
     DIR/rocky/9/BaseOS/x86_64/os/                 Rocky Linux 9's BaseOS (rdma-core, libibverbs-utils, infiniband-diags)
     DIR/rocky/9/AppStream/x86_64/os/              Rocky Linux 9's AppStream (dnf's versionlock plugin, perftest)
-    DIR/keys/RPM-GPG-KEY-Rocky-9, RPM-GPG-KEY-EPEL-9   what rocky-release and epel-release install (the same key)
+                                                  (rocky/8/: Rocky Linux 8's)
+    DIR/keys/RPM-GPG-KEY-{Rocky,EPEL}-{8,9}       what rocky-release and epel-release install (the same key)
 
 The Debian nodes install the driver and RDMA packages from Debian itself; the apt repositories above are for the
 Ubuntu nodes, the dnf ones for the EL node (inventories/lab/hosts.yml).
@@ -26,6 +27,8 @@ Usage: tools/lab_mirror.py DIR   (rebuilt from scratch each time; prints DIR)
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 import sys
 import tempfile
@@ -57,6 +60,47 @@ def _place(built: Path, dest: Path) -> Path:
     return dest
 
 
+def _for_el8(text: str) -> str:
+    """An el9 spec or module document as its el8 build: the release tag, NVIDIA's rhel8 path, the EL major in the
+    comments, and each module stream's context recomputed as NVIDIA's genmodules.py computes it (md5 of name, stream,
+    version and the dist tag)."""
+    text = text.replace("el9", "el8").replace("EL 9", "EL 8")
+
+    def context(document: str) -> str:
+        fields = dict(re.findall(r"^  (name|stream|version): (\S+)$", document, re.M))
+        if not {"name", "stream", "version"} <= fields.keys():
+            return document
+        digest = hashlib.md5((fields["name"] + fields["stream"] + fields["version"] + "el8").encode()).hexdigest()
+        return re.sub(r"^  context: \S+$", f"  context: {digest[:10]}", document, flags=re.M)
+
+    return "\n---\n".join(context(document) for document in text.split("\n---\n"))
+
+
+def _el_repos(work: Path, stage: Path, key_home: Path, major: int) -> None:
+    """NVIDIA's CUDA repository for rhel<major> (RPMs signed, nvidia-driver module streams, D42D0685.pub), EPEL and
+    Rocky's BaseOS and AppStream of that release. The el8 CUDA and EPEL stand-ins are the el9 specs rebuilt as el8."""
+    specs = {
+        CUDA.format(distro=f"rhel{major}"): (["nvidia_driver_el.yml"], "nvidia_driver_el.modules.yaml"),
+        f"pub/epel/{major}/Everything/x86_64": (["el_epel_baseos.yml"], None),
+        f"rocky/{major}/BaseOS/x86_64/os": ([f"el{major}_rdma.yml"], None),
+        f"rocky/{major}/AppStream/x86_64/os": ([f"el{major}_appstream.yml"], None),
+    }
+    for path, (names, modules) in specs.items():
+        built = _with_key(work / path.replace("/", "_"), key_home)
+        sources = [SPECS / name for name in names] + ([SPECS / modules] if modules else [])
+        if major == 8 and not path.startswith("rocky/"):
+            generated = work / f"el8-{path.replace('/', '_')}"
+            generated.mkdir()
+            for source in sources:
+                (generated / source.name).write_text(_for_el8(source.read_text()))
+            sources = [generated / source.name for source in sources]
+        spec_files, module_file = (sources[:-1], sources[-1]) if modules else (sources, None)
+        fixture_rpm.build_rpm_repo(spec_files, built, sign_packages=True, modules=module_file)
+        _place(built, stage / path)
+    cuda = stage / CUDA.format(distro=f"rhel{major}")
+    (cuda / fixture_rpm.ARMORED_KEY_NAME).rename(cuda / "D42D0685.pub")
+
+
 def build(out: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="nodeforge-lab-mirror-") as tmp:
         work = Path(tmp)
@@ -83,22 +127,13 @@ def build(out: Path) -> Path:
             keyring = next(ubuntu.glob("pool/main/c/cuda-keyring/cuda-keyring_*.deb"))
             shutil.copyfile(keyring, ubuntu / keyring.name)
 
-        el = {
-            CUDA.format(distro="rhel9"): ([SPECS / "nvidia_driver_el.yml"], SPECS / "nvidia_driver_el.modules.yaml"),
-            "pub/epel/9/Everything/x86_64": ([SPECS / "el_epel_baseos.yml"], None),
-            "rocky/9/BaseOS/x86_64/os": ([SPECS / "el9_rdma.yml"], None),
-            "rocky/9/AppStream/x86_64/os": ([SPECS / "el9_appstream.yml"], None),
-        }
-        for path, (specs, modules) in el.items():
-            built = _with_key(work / path.replace("/", "_"), key_home)
-            fixture_rpm.build_rpm_repo(specs, built, sign_packages=True, modules=modules)
-            _place(built, stage / path)
-        rhel9 = stage / CUDA.format(distro="rhel9")
-        (rhel9 / fixture_rpm.ARMORED_KEY_NAME).rename(rhel9 / "D42D0685.pub")
+        for major in (9, 8):
+            _el_repos(work, stage, key_home, major)
         keys = stage / "keys"
         keys.mkdir()
-        for name in ("RPM-GPG-KEY-Rocky-9", "RPM-GPG-KEY-EPEL-9"):
-            shutil.copyfile(stage / "gpgkey", keys / name)
+        for major in (9, 8):
+            for name in (f"RPM-GPG-KEY-Rocky-{major}", f"RPM-GPG-KEY-EPEL-{major}"):
+                shutil.copyfile(stage / "gpgkey", keys / name)
         # The builders' copies of the key: the vendors publish theirs only where the paths above say.
         for name in (fixture_rpm.ARMORED_KEY_NAME, fixture_repo.ARMORED_KEY_NAME, fixture_repo.KEYRING_NAME):
             for leftover in stage.rglob(name):
