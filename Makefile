@@ -3,18 +3,20 @@ SHELL := /bin/bash
 VENV := .venv/bin
 export CONTAINERS_CONF := $(CURDIR)/containers/containers.conf
 LAB_NODES ?= 2
+# One node per OS instead, e.g. `make lab LAB_OS=debian12,debian13,rocky9,ubuntu24.04` (docs/getting-started.md).
+LAB_OS ?=
 
 .PHONY: setup lab lab-down lint docs test test-full unit molecule bench mutation
 
 setup:
 	@bash tools/setup.sh
 
-# NVIDIA's toolkit repository is out of reach here: the lab's nodes get a signed stand-in in its layout.
+# The vendors' repositories are out of reach here: the lab's nodes get signed stand-ins in their layouts.
 LAB_MIRROR := build/lab-mirror
 
 lab: setup
 	$(VENV)/python tools/lab_mirror.py $(LAB_MIRROR)
-	$(VENV)/nodeforge lab up --nodes $(LAB_NODES) --mirror $(LAB_MIRROR) --provision
+	$(VENV)/nodeforge lab up $(if $(LAB_OS),--os $(LAB_OS),--nodes $(LAB_NODES)) --mirror $(LAB_MIRROR) --provision
 
 lab-down:
 	$(VENV)/nodeforge lab down
