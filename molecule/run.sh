@@ -2,7 +2,7 @@
 # Runs one molecule scenario with the shared config, from the repository root.
 #   molecule/run.sh SCENARIO [COMMAND [ARGS...]]     COMMAND defaults to `test`
 #   e.g. molecule/run.sh preflight; molecule/run.sh preflight converge; molecule/run.sh preflight login
-# NODEFORGE_NODE_OS picks the node OS (debian12, the default, debian13, rocky8/rocky9 of the EL tier or
+# NODEFORGE_NODE_OS picks the node OS (debian12, the default, debian13, rocky8/rocky9/rhel8/rhel9 of the EL tier or
 # ubuntu22.04/ubuntu24.04: lab/base-image/build.sh builds its base image); the verifier sees the same variable. MOLECULE_DISTRO picks another (already present) image. Without it, the
 # scenario runs on its family's image (molecule/images.yml: the base image with its prepare.yml's preconditions baked,
 # lab/images/build.sh) or on the base image; both are built or validated first. NODEFORGE_FAMILY_IMAGES=0 runs every
@@ -15,10 +15,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 export NODEFORGE_NODE_OS=${NODEFORGE_NODE_OS:-debian12}
 case $NODEFORGE_NODE_OS in
-  debian12 | debian13 | rocky8 | rocky9 | ubuntu22.04 | ubuntu24.04) ;;
+  debian12 | debian13 | rocky8 | rocky9 | rhel8 | rhel9 | ubuntu22.04 | ubuntu24.04) ;;
   *)
     echo "error: NODEFORGE_NODE_OS=$NODEFORGE_NODE_OS: the scenarios run on debian12, debian13, rocky8, rocky9," \
-      "ubuntu22.04 or ubuntu24.04" >&2
+      "rhel8, rhel9, ubuntu22.04 or ubuntu24.04" >&2
     exit 2
     ;;
 esac

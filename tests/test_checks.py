@@ -597,8 +597,8 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
     from nodeforge import lab
 
     monkeypatch.setenv("NODEFORGE_STATE_DIR", str(tmp_path))
-    listed = lab.parse_oses("debian12,debian13,rocky9,ubuntu24.04,ubuntu22.04")
-    oses = dict(zip([f"nodeforge-t-{i}" for i in range(1, 6)], listed, strict=True))
+    listed = lab.parse_oses("debian12,debian13,rocky9,ubuntu24.04,ubuntu22.04,rhel9")
+    oses = dict(zip([f"nodeforge-t-{i}" for i in range(1, 7)], listed, strict=True))
     path = lab.write_inventory("t", list(oses), True, ["E6DCF6362A8B771973439F0372CADD94640FFE7D"], oses=oses)
     written = yaml.safe_load(path.read_text())["all"]["children"]["gpu_nodes"]
     assert {group: list(data["hosts"]) for group, data in written["children"].items()} == {
@@ -606,6 +606,7 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
         "lab_ubuntu2204": ["nodeforge-t-5"],
         "lab_ubuntu2404": ["nodeforge-t-4"],
         "lab_rocky9": ["nodeforge-t-3"],
+        "lab_rhel9": ["nodeforge-t-6"],
     }
     assert messages(path) == []
     inventory = checks.load([str(path)])
@@ -620,6 +621,7 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
         "nodeforge-t-3": ("cuda_repo", "580"),
         "nodeforge-t-4": ("cuda_repo", "580"),
         "nodeforge-t-5": ("cuda_repo", "580"),
+        "nodeforge-t-6": ("cuda_repo", "580"),
     }
     # Two Debian 13 nodes: one group, both in it; a lab of Debian 12 nodes writes no groups at all.
     two = lab.inventory(["a", "b"], oses={"a": "debian13", "b": "debian13"})["all"]["children"]["gpu_nodes"]
@@ -630,8 +632,8 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
     ("value", "problem"),
     [
         ("", "(unknown: none given)"),
-        ("debian12,rhel8", "(unknown: 'rhel8')"),
-        ("debian12, rhel9 ,centos7", "(unknown: 'rhel9', 'centos7')"),
+        ("debian12,sles15", "(unknown: 'sles15')"),
+        ("debian12, rhel10 ,centos7", "(unknown: 'rhel10', 'centos7')"),
     ],
 )
 def test_lab_os_list_names_what_it_cannot_run(value, problem):
@@ -641,7 +643,7 @@ def test_lab_os_list_names_what_it_cannot_run(value, problem):
         lab.parse_oses(value)
     assert str(error.value).startswith(
         f"--os {value!r}: expected a comma-separated list of "
-        "debian12, debian13, rocky8, rocky9, ubuntu22.04, ubuntu24.04 "
+        "debian12, debian13, rocky8, rocky9, rhel8, rhel9, ubuntu22.04, ubuntu24.04 "
     )
     assert str(error.value).endswith(problem)
     assert lab.parse_oses(" rocky9,debian12 ") == ["rocky9", "debian12"]

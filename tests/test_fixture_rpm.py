@@ -222,8 +222,16 @@ def test_a_second_build_keeps_the_key(demo_repo, tmp_path):
 
 
 @needs_tools
-@pytest.mark.parametrize("node_os", ["rocky8", "rocky9"])
-def test_the_el_userland_is_what_dnf_resolves_against(node_os, tmp_path):
+@pytest.mark.parametrize(
+    ("node_os", "release_package"),
+    [
+        ("rocky8", "rocky-release-{}.noarch"),
+        ("rocky9", "rocky-release-{}.noarch"),
+        ("rhel8", "redhat-release-{}.x86_64"),
+        ("rhel9", "redhat-release-{}.x86_64"),
+    ],
+)
+def test_the_el_userland_is_what_dnf_resolves_against(node_os, release_package, tmp_path):
     """What lab/base-image/el.sh writes into an EL tier node's rpm database: the release and what vendor packages
     require resolve, at the versions el-userland.yml gives."""
     userland = REPO / "lab" / "base-image" / "el-userland.yml"
@@ -237,13 +245,13 @@ def test_the_el_userland_is_what_dnf_resolves_against(node_os, tmp_path):
     _rpm("--dbpath", str(db), "--install", "--justdb", "--nodeps", "--noscripts", *map(str, rpms))
     installed = _rpm("--dbpath", str(db), "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE}\n").splitlines()
     assert sorted(installed) == sorted(f"{e['name']} {e['version']}" for e in entries)
-    major = node_os.removeprefix("rocky")
+    major = node_os[-1]
     what = _rpm("--dbpath", str(db), "-q", "--whatprovides", "system-release(releasever)", "/bin/sh", "libseccomp")
-    release = next(e["version"] for e in entries if e["name"] == "rocky-release")
+    release = next(e["version"] for e in entries if e["name"].endswith("-release"))
     bash = next(e["version"] for e in entries if e["name"] == "bash")
     seccomp = next(e["version"] for e in entries if e["name"] == "libseccomp")
     assert what.split() == [
-        f"rocky-release-{release}.noarch",
+        release_package.format(release),
         f"bash-{bash}.x86_64",
         f"libseccomp-{seccomp}.x86_64",
     ]
@@ -252,5 +260,6 @@ def test_the_el_userland_is_what_dnf_resolves_against(node_os, tmp_path):
 
 def test_an_os_without_a_userland_is_refused_naming_the_file(tmp_path):
     userland = REPO / "lab" / "base-image" / "el-userland.yml"
-    with pytest.raises(fr.debrepo.SpecError, match=r"el-userland.yml: no userland for 'rhel7' \(has: rocky9, rocky8\)"):
+    has = r"\(has: rocky9, rocky8, rhel9, rhel8\)"
+    with pytest.raises(fr.debrepo.SpecError, match=r"el-userland.yml: no userland for 'rhel7' " + has):
         fr.build_userland(userland, "rhel7", tmp_path)

@@ -81,6 +81,8 @@ PACKAGING = {
     "ubuntu24.04": "apt",
     "rocky8": "rpm",
     "rocky9": "rpm",
+    "rhel8": "rpm",
+    "rhel9": "rpm",
 }
 # The driver each OS's node takes (inventories/lab/hosts.yml): Debian's own open DKMS package at the branch the
 # release ships, and on Ubuntu NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
@@ -424,10 +426,13 @@ def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_not
 
 
 @pytest.mark.full
-def test_el8_lab_node_provisions_and_reprovisions_changing_nothing(tmp_path):
-    """Rocky 8 in the lab (make test-full): the driver from NVIDIA's rhel8 repository stand-in, Rocky 8's RDMA
-    packages, the toolkit's dnf path, on the EL tier's EL 8 identity; Rocky 9 runs the same role code in make test."""
-    mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, f"pytestel8{os.getpid()}", ["rocky8"])
+def test_el_lab_nodes_provision_and_reprovision_changing_nothing(tmp_path):
+    """Rocky 8, RHEL 8 and RHEL 9 in one lab (make test-full): the driver from NVIDIA's rhel8 and rhel9 repository
+    stand-ins, the release's RDMA packages (RHEL's from Red Hat's CDN paths), the toolkit's dnf path, on the EL tier's
+    EL 8 and RHEL identities; Rocky 9 runs the same role code in make test."""
+    mixed_lab_provisions_and_reprovisions_changing_nothing(
+        tmp_path, f"pytestel{os.getpid()}", ["rocky8", "rhel8", "rhel9"]
+    )
 
 
 def test_lab_provision_without_lab_says_so():

@@ -166,7 +166,7 @@ def test_lab_status_shows_each_nodes_ssh_address_and_os(monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--os", "debian12,rhel9"], "--os 'debian12,rhel9': expected a comma-separated list of debian12, debian13"),
+        (["--os", "debian12,sles15"], "--os 'debian12,sles15': expected a comma-separated list of debian12, debian13"),
         (["--os", "debian12", "--nodes", "2"], "give --os or --nodes, not both"),
         (["--os", "debian12", "--vm"], "--os is for container nodes"),
         (["--mirror", "/nowhere", "--vm"], "--mirror is for container nodes"),

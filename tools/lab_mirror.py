@@ -17,10 +17,13 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
     DIR/rocky/9/BaseOS/x86_64/os/                 Rocky Linux 9's BaseOS (rdma-core, libibverbs-utils, infiniband-diags)
     DIR/rocky/9/AppStream/x86_64/os/              Rocky Linux 9's AppStream (dnf's versionlock plugin, perftest)
                                                   (rocky/8/: Rocky Linux 8's)
-    DIR/keys/RPM-GPG-KEY-{Rocky,EPEL}-{8,9}       what rocky-release and epel-release install (the same key)
+    DIR/content/dist/rhel9/9/x86_64/{baseos,appstream}/os/   RHEL 9's, at Red Hat's CDN paths (the same builds;
+                                                  rhel8/8/: RHEL 8's)
+    DIR/keys/RPM-GPG-KEY-{Rocky,EPEL}-{8,9}, RPM-GPG-KEY-redhat-release   what rocky-release, epel-release and
+                                                  redhat-release install (the same key)
 
 The Debian nodes install the driver and RDMA packages from Debian itself; the apt repositories above are for the
-Ubuntu nodes, the dnf ones for the EL node (inventories/lab/hosts.yml).
+Ubuntu nodes, the dnf ones for the EL nodes (inventories/lab/hosts.yml).
 
 Usage: tools/lab_mirror.py DIR   (rebuilt from scratch each time; prints DIR)
 """
@@ -45,6 +48,7 @@ import fixture_rpm  # noqa: E402
 import fixture_repo  # noqa: E402
 
 CUDA = "compute/cuda/repos/{distro}/x86_64"
+RHEL = "content/dist/rhel{major}/{major}/x86_64/{repo}/os"
 
 
 def _with_key(out: Path, key_home: Path) -> Path:
@@ -99,6 +103,12 @@ def _el_repos(work: Path, stage: Path, key_home: Path, major: int) -> None:
         _place(built, stage / path)
     cuda = stage / CUDA.format(distro=f"rhel{major}")
     (cuda / fixture_rpm.ARMORED_KEY_NAME).rename(cuda / "D42D0685.pub")
+    # RHEL's BaseOS and AppStream, at the paths of Red Hat's CDN: the same builds (Rocky rebuilds RHEL's packages at
+    # RHEL's versions).
+    for repo in ("BaseOS", "AppStream"):
+        rhel = stage / RHEL.format(major=major, repo=repo.lower())
+        shutil.copytree(stage / f"rocky/{major}/{repo}/x86_64/os", rhel)
+        (rhel / fixture_rpm.ARMORED_KEY_NAME).unlink(missing_ok=True)
 
 
 def build(out: Path) -> Path:
@@ -134,6 +144,7 @@ def build(out: Path) -> Path:
         for major in (9, 8):
             for name in (f"RPM-GPG-KEY-Rocky-{major}", f"RPM-GPG-KEY-EPEL-{major}"):
                 shutil.copyfile(stage / "gpgkey", keys / name)
+        shutil.copyfile(stage / "gpgkey", keys / "RPM-GPG-KEY-redhat-release")
         # The builders' copies of the key: the vendors publish theirs only where the paths above say.
         for name in (fixture_rpm.ARMORED_KEY_NAME, fixture_repo.ARMORED_KEY_NAME, fixture_repo.KEYRING_NAME):
             for leftover in stage.rglob(name):

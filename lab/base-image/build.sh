@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds a systemd base image for the molecule scenarios and the lab: Debian 12 (bookworm) by default, Debian 13
-# (trixie) with NODEFORGE_NODE_OS=debian13; rocky8/rocky9 (the EL tier, el.sh) and ubuntu22.04/ubuntu24.04 (ubuntu.sh)
-# are Debian with another OS's identity (docs/testing.md, "Node OSes"). The image is localhost/nodeforge-<os>:latest
-# unless NODEFORGE_BASE_IMAGE names another.
+# (trixie) with NODEFORGE_NODE_OS=debian13; rocky8/rocky9/rhel8/rhel9 (the EL tier, el.sh) and ubuntu22.04/ubuntu24.04
+# (ubuntu.sh) are Debian with another OS's identity (docs/testing.md, "Node OSes"). The image is
+# localhost/nodeforge-<os>:latest unless NODEFORGE_BASE_IMAGE names another.
 # Cached: the image carries the sha256 of this script (and of the suite it was built from) as a label and is rebuilt
 # only when the script changes (or when NODEFORGE_REBUILD_IMAGE=1).
 set -euo pipefail
@@ -13,14 +13,14 @@ node_os=${NODEFORGE_NODE_OS:-debian12}
 case $node_os in
   debian12) suite=bookworm ;;
   debian13) suite=trixie ;;
-  # The EL tier: Debian 12 (whose dnf 4.14 is EL 9's) with Rocky's identity and rpm database (el.sh).
-  rocky8 | rocky9) suite=bookworm el=1 ;;
+  # The EL tier: Debian 12 (whose dnf 4.14 is EL 9's) with Rocky's or RHEL's identity and rpm database (el.sh).
+  rocky8 | rocky9 | rhel8 | rhel9) suite=bookworm el=1 ;;
   # Ubuntu's identity over the Debian release closest to it (ubuntu.sh).
   ubuntu22.04) suite=bookworm ubuntu=1 ;;
   ubuntu24.04) suite=trixie ubuntu=1 ;;
   *)
-    echo "error: NODEFORGE_NODE_OS=$node_os: a base image is built for debian12, debian13, rocky8, rocky9," \
-      "ubuntu22.04 or ubuntu24.04" >&2
+    echo "error: NODEFORGE_NODE_OS=$node_os: a base image is built for debian12, debian13, rocky8, rocky9, rhel8," \
+      "rhel9, ubuntu22.04 or ubuntu24.04" >&2
     exit 2
     ;;
 esac

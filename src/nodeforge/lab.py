@@ -5,8 +5,8 @@ do: on the first node root cannot log in over SSH and sudo asks admin's password
 lab's directory, which the inventory's ansible_become_password reads at run time, as a site's vaulted one would be),
 so the lab reaches it as admin; on the others sudo asks no password (NOPASSWD) and the lab logs in as root.
 
-`lab up --os` starts one node per OS listed (Debian 12 and 13, Rocky 8 and 9, Ubuntu 22.04 and 24.04: the base images
-of lab/base-image/build.sh), each in its OS's group of the lab inventory.
+`lab up --os` starts one node per OS listed (Debian 12 and 13, Rocky 8 and 9, RHEL 8 and 9, Ubuntu 22.04 and 24.04:
+the base images of lab/base-image/build.sh), each in its OS's group of the lab inventory.
 
 `lab up` generates every node's host key on the controller before the node first boots and writes the lab's
 known_hosts from those keys (never from what a node answers), so host key checking stays on exactly as for a real
@@ -38,7 +38,7 @@ LABEL = "org.nodeforge.lab"
 OS_LABEL = "org.nodeforge.os"
 DEFAULT_OS = "debian12"
 # The node OSes a lab node can run: those the lab's mirror (tools/lab_mirror.py) and its inventory's OS groups serve.
-LAB_OSES = ("debian12", "debian13", "rocky8", "rocky9", "ubuntu22.04", "ubuntu24.04")
+LAB_OSES = ("debian12", "debian13", "rocky8", "rocky9", "rhel8", "rhel9", "ubuntu22.04", "ubuntu24.04")
 LOOPBACK = "127.0.0.1"
 SSH_PORT = "22/tcp"
 SSH_USER = "root"
@@ -410,17 +410,28 @@ MIRROR_PATHS = {
         for node_os, distro in (("ubuntu22.04", "ubuntu2204"), ("ubuntu24.04", "ubuntu2404"))
     },
     **{
-        f"rocky{major}": [
+        f"{distribution}{major}": [
             "gpgkey",
             "stable/rpm/x86_64/repodata/repomd.xml",
             f"compute/cuda/repos/rhel{major}/x86_64/repodata/repomd.xml",
             f"compute/cuda/repos/rhel{major}/x86_64/D42D0685.pub",
             f"pub/epel/{major}/Everything/x86_64/repodata/repomd.xml",
-            f"rocky/{major}/BaseOS/x86_64/os/repodata/repomd.xml",
-            f"rocky/{major}/AppStream/x86_64/os/repodata/repomd.xml",
-            f"keys/RPM-GPG-KEY-Rocky-{major}",
             f"keys/RPM-GPG-KEY-EPEL-{major}",
+            *(
+                [
+                    f"rocky/{major}/BaseOS/x86_64/os/repodata/repomd.xml",
+                    f"rocky/{major}/AppStream/x86_64/os/repodata/repomd.xml",
+                    f"keys/RPM-GPG-KEY-Rocky-{major}",
+                ]
+                if distribution == "rocky"
+                else [
+                    f"content/dist/rhel{major}/{major}/x86_64/baseos/os/repodata/repomd.xml",
+                    f"content/dist/rhel{major}/{major}/x86_64/appstream/os/repodata/repomd.xml",
+                    "keys/RPM-GPG-KEY-redhat-release",
+                ]
+            ),
         ]
+        for distribution in ("rocky", "rhel")
         for major in (8, 9)
     },
 }
