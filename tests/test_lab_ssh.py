@@ -198,10 +198,11 @@ def test_an_el_node_outside_a_checkout_says_where_its_image_comes_from(monkeypat
     (tmp_path / "lab" / "base-image").mkdir(parents=True)
     (tmp_path / "lab" / "base-image" / "build.sh").write_text("echo built for $NODEFORGE_NODE_OS >&2; exit 7\n")
     monkeypatch.setattr(lab.content, "root", lambda: tmp_path)
-    with pytest.raises(lab.LabError) as el:
-        lab.ensure_image("rocky9")
-    assert "built from a checkout of nodeforge" in str(el.value)
-    assert "molecule/fixture_repo/fixture_rpm.py" in str(el.value)
+    for node_os in ("rocky9", "rhel8"):
+        with pytest.raises(lab.LabError) as el:
+            lab.ensure_image(node_os)
+        assert f"a {node_os} node needs the EL tier's base image, which is built from a checkout" in str(el.value)
+        assert "molecule/fixture_repo/fixture_rpm.py" in str(el.value)
     with pytest.raises(lab.LabError) as debian:
         lab.ensure_image("debian13")
     assert str(debian.value).endswith("building the debian13 base image failed "

@@ -163,7 +163,7 @@ def ensure_image(node_os: str = DEFAULT_OS) -> None:
     run at its real path: in a checkout, the EL tier's image is built with the harness beside it (molecule/)."""
     script = (content.root() / "lab" / "base-image" / "build.sh").resolve()
     builder = script.parents[2] / "molecule" / "fixture_repo" / "fixture_rpm.py"
-    if node_os.startswith("rocky") and not builder.is_file():
+    if node_os.startswith(("rocky", "rhel")) and not builder.is_file():
         raise LabError(
             f"a {node_os} node needs the EL tier's base image, which is built from a checkout of nodeforge (its rpm "
             f"database comes from {builder.relative_to(script.parents[2])}, not shipped in the package): run "
