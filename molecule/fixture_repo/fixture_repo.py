@@ -358,6 +358,12 @@ class FixtureRepo:
         return f"deb [signed-by={keyring}] {url} {self.suite} {self.component}"
 
 
+def reproducible_env() -> dict[str, str]:
+    """The environment of the build tools (dpkg-deb, rpmbuild, createrepo_c): timestamps from SOURCE_DATE_EPOCH, so
+    that a fixture built twice is the same bytes."""
+    return {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+
+
 def run(cmd: Sequence[str], *, what: str, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
     try:
         proc = subprocess.run(list(cmd), capture_output=True, check=False, **kwargs)
@@ -482,7 +488,7 @@ def _build_deb(pkg: PackageSpec, stage: Path, dest: Path, key_files: dict[str, b
         script_path.write_text(text if text.endswith("\n") else text + "\n")
         script_path.chmod(0o755)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SOURCE_DATE_EPOCH": SOURCE_DATE_EPOCH}
+    env = reproducible_env()
     run(
         ["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(tree), str(dest)],
         what=f"{pkg.spec_path}: package '{pkg.name}' {pkg.version}: dpkg-deb --build",

@@ -127,7 +127,7 @@ def _rpmbuild(spec: Path, defines: dict[str, str], *, what: str) -> None:
     argv = ["rpmbuild", "-bb", "--quiet"]
     for name, value in defines.items():
         argv += ["--define", f"{name} {value}"]
-    debrepo.run([*argv, str(spec)], what=what, env={**os.environ, "SOURCE_DATE_EPOCH": debrepo.SOURCE_DATE_EPOCH})
+    debrepo.run([*argv, str(spec)], what=what, env=debrepo.reproducible_env())
 
 
 def _build_rpm(pkg: debrepo.PackageSpec, stage: Path, dest: Path, key_files: dict[str, bytes]) -> Path:
@@ -213,8 +213,9 @@ def build_rpm_repo(
                 ],
                 what="rpmsign the fixture packages",
             )
-        env = {**os.environ, "SOURCE_DATE_EPOCH": debrepo.SOURCE_DATE_EPOCH}
-        debrepo.run(["createrepo_c", "--quiet", "--no-database", str(repo)], what="createrepo_c", env=env)
+        debrepo.run(
+            ["createrepo_c", "--quiet", "--no-database", str(repo)], what="createrepo_c", env=debrepo.reproducible_env()
+        )
         if modules is not None:
             debrepo.run(
                 ["modifyrepo_c", "--mdtype=modules", "--new-name=modules.yaml", str(modules), str(repo / "repodata")],
