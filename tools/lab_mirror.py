@@ -83,32 +83,33 @@ def _for_el8(text: str) -> str:
 def _el_repos(work: Path, stage: Path, key_home: Path, major: int) -> None:
     """NVIDIA's CUDA repository for rhel<major> (RPMs signed, nvidia-driver module streams, D42D0685.pub), EPEL and
     Rocky's BaseOS and AppStream of that release. The el8 CUDA and EPEL stand-ins are the el9 specs rebuilt as el8."""
+
+    def source(path: str, name: str) -> Path:
+        """A spec as this release builds it: the el8 CUDA and EPEL ones are the el9 specs rewritten."""
+        if major == 9 or path.startswith("rocky/"):
+            return SPECS / name
+        generated = work / f"el8-{path.replace('/', '_')}" / name
+        generated.parent.mkdir(exist_ok=True)
+        generated.write_text(_for_el8((SPECS / name).read_text()))
+        return generated
+
     specs = {
-        CUDA.format(distro=f"rhel{major}"): (["nvidia_driver_el.yml"], "nvidia_driver_el.modules.yaml"),
-        f"pub/epel/{major}/Everything/x86_64": (["el_epel_baseos.yml"], None),
-        f"rocky/{major}/BaseOS/x86_64/os": ([f"el{major}_rdma.yml"], None),
-        f"rocky/{major}/AppStream/x86_64/os": ([f"el{major}_appstream.yml"], None),
+        CUDA.format(distro=f"rhel{major}"): ("nvidia_driver_el.yml", "nvidia_driver_el.modules.yaml"),
+        f"pub/epel/{major}/Everything/x86_64": ("el_epel_baseos.yml", None),
+        f"rocky/{major}/BaseOS/x86_64/os": (f"el{major}_rdma.yml", None),
+        f"rocky/{major}/AppStream/x86_64/os": (f"el{major}_appstream.yml", None),
     }
-    for path, (names, modules) in specs.items():
+    for path, (spec, modules) in specs.items():
         built = _with_key(work / path.replace("/", "_"), key_home)
-        sources = [SPECS / name for name in names] + ([SPECS / modules] if modules else [])
-        if major == 8 and not path.startswith("rocky/"):
-            generated = work / f"el8-{path.replace('/', '_')}"
-            generated.mkdir()
-            for source in sources:
-                (generated / source.name).write_text(_for_el8(source.read_text()))
-            sources = [generated / source.name for source in sources]
-        spec_files, module_file = (sources[:-1], sources[-1]) if modules else (sources, None)
-        fixture_rpm.build_rpm_repo(spec_files, built, sign_packages=True, modules=module_file)
+        module_file = source(path, modules) if modules else None
+        fixture_rpm.build_rpm_repo([source(path, spec)], built, sign_packages=True, modules=module_file)
         _place(built, stage / path)
     cuda = stage / CUDA.format(distro=f"rhel{major}")
     (cuda / fixture_rpm.ARMORED_KEY_NAME).rename(cuda / "D42D0685.pub")
     # RHEL's BaseOS and AppStream, at the paths of Red Hat's CDN: the same builds (Rocky rebuilds RHEL's packages at
     # RHEL's versions).
     for repo in ("BaseOS", "AppStream"):
-        rhel = stage / RHEL.format(major=major, repo=repo.lower())
-        shutil.copytree(stage / f"rocky/{major}/{repo}/x86_64/os", rhel)
-        (rhel / fixture_rpm.ARMORED_KEY_NAME).unlink(missing_ok=True)
+        shutil.copytree(stage / f"rocky/{major}/{repo}/x86_64/os", stage / RHEL.format(major=major, repo=repo.lower()))
 
 
 def build(out: Path) -> Path:

@@ -393,7 +393,6 @@ def _wait_booted(container: str, timeout: float = 90.0) -> None:
 SAMPLE = ("inventories", "lab", "hosts.yml")
 GROUP = "gpu_nodes"
 TOOLKIT = "nvidia_container_toolkit"
-MIRROR_ARCH = "amd64"
 # What each node OS installs from the mirror (tools/lab_mirror.py), under the mirror's root: the toolkit's key and
 # repository, and for the OSes in cuda_repo mode NVIDIA's CUDA repository and the distribution's own (Rocky's BaseOS
 # and AppStream, EPEL) that the lab's EL node is pointed at (lab/serve_mirror.yml).
