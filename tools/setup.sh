@@ -52,9 +52,9 @@ fi
 # machine 74 s and 71 s one after the other, 76 s side by side. Its output follows pip's; its failure fails
 # setup.
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/containers/containers.conf}
-# The base images of the other node OSes that `make test` runs scenarios on (molecule/images.yml's node_oses, less
-# the runs it leaves to `make test-full`) build beside them: debootstrap waits on Debian's mirrors more than on the
-# CPU. molecule/run.sh builds any other one (debian13 for `make test-full`) when a run first needs it.
+# Two of the mixed lab's node OSes (tests/test_lab.py) build beside them: debootstrap waits on Debian's mirrors more
+# than on the CPU. `lab up` and molecule/run.sh build any other one (the mixed lab's other five) when a run first needs
+# it; each is rebuilt only when its script's checksum changes.
 mkdir -p build
 NODE_OSES=(debian12 rocky9 ubuntu24.04)
 declare -A builds
