@@ -581,10 +581,12 @@ def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
     with_mirror = yaml.safe_load(lab.write_inventory("t", ["nodeforge-t-1"], True, [fingerprint]).read_text())
     written_group = with_mirror["all"]["children"]["gpu_nodes"]
     overrides = written_group["vars"]["nodeforge_manifest_overrides"]
-    # One key signs the whole mirror: pinned for the toolkit's key, cuda-keyring's keyring and the CUDA RPM key.
+    # One key signs the whole mirror: pinned for the toolkit's key, cuda-keyring's keyring, the CUDA RPM key and
+    # DOCA's key.
     assert overrides["nvidia_container_toolkit"].pop("key_fingerprints") == [fingerprint]
     assert overrides["nvidia_driver"]["cuda_repo"].pop("keyring_fingerprints") == [fingerprint]
     assert overrides["nvidia_driver"]["cuda_repo"].pop("key_fingerprints_rpm") == [fingerprint]
+    assert overrides["ofed"]["doca"].pop("key_fingerprints") == [fingerprint]
     sample = yaml.safe_load((REPO / "inventories" / "lab" / "hosts.yml").read_text())
     assert written_group["vars"] == sample["all"]["children"]["gpu_nodes"]["vars"]
     # A Debian 12 lab has no OS groups.
@@ -593,7 +595,8 @@ def test_lab_inventory_is_the_sample_with_its_own_nodes(tmp_path, monkeypatch):
 
 def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatch):
     """`lab up --os debian12,debian13,rocky9,ubuntu24.04,ubuntu22.04`: each node not on Debian 12 in its OS's group,
-    whose vars (the sample's) resolve per node: Debian 13's branch 550, NVIDIA's CUDA repository on Rocky and Ubuntu."""
+    whose vars (the sample's) resolve per node: Debian 13's branch 550, Canonical's server packages (distro) on Ubuntu
+    22.04, NVIDIA's CUDA repository on Rocky, RHEL and Ubuntu 24.04."""
     from nodeforge import lab
 
     monkeypatch.setenv("NODEFORGE_STATE_DIR", str(tmp_path))
@@ -620,7 +623,7 @@ def test_mixed_lab_inventory_puts_each_node_in_its_os_group(tmp_path, monkeypatc
         "nodeforge-t-2": ("distro", "550"),
         "nodeforge-t-3": ("cuda_repo", "580"),
         "nodeforge-t-4": ("cuda_repo", "580"),
-        "nodeforge-t-5": ("cuda_repo", "580"),
+        "nodeforge-t-5": ("distro", "580"),
         "nodeforge-t-6": ("cuda_repo", "580"),
     }
     # Two Debian 13 nodes: one group, both in it; a lab of Debian 12 nodes writes no groups at all.
@@ -664,6 +667,12 @@ def test_lab_mirror_layout_is_checked(tmp_path):
         check=True,
     )
     lab.check_mirror(Path(built.stdout.strip()), lab.LAB_OSES)
+    # A mirror without Ubuntu's archive serves every node but an Ubuntu one.
+    shutil.rmtree(tmp_path / "mirror" / "ubuntu" / "dists" / "jammy-updates")
+    lab.check_mirror(tmp_path / "mirror", ["debian12", "ubuntu24.04", "rocky9"])
+    with pytest.raises(lab.LabError) as ubuntu:
+        lab.check_mirror(tmp_path / "mirror", ["ubuntu22.04"])
+    assert str(ubuntu.value).endswith("missing for ubuntu22.04: ubuntu/dists/jammy-updates/InRelease")
     # A mirror without the EL repositories serves the Debian nodes, not a Rocky node.
     shutil.rmtree(tmp_path / "mirror" / "rocky")
     lab.check_mirror(tmp_path / "mirror", ["debian12", "debian13", "ubuntu24.04"])

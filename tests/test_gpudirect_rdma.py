@@ -54,7 +54,7 @@ def branch_check(module: str, branch: str, dkms: list | None = None, container: 
         "gpudirect_rdma_module": module,
         "gpudirect_rdma_gdrcopy": False,
         "gpudirect_rdma_rebuild_on_ib_core_change": True,
-        "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current)?(-open)?$",
+        "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current|-srv)?(-open)?$",
         "__gpudirect_rdma_driver_container": container,
         "__gpudirect_rdma_driver": {
             "flavor": "open",
@@ -103,7 +103,7 @@ def test_the_report_says_when_there_is_no_dkms_driver_to_rebuild():
     ]
     _, report = branch_check("nvidia-peermem", "535")
     assert report[-1] == (
-        "node-01: no NVIDIA DKMS module matches gpudirect_rdma_nvidia_dkms_pattern (^nvidia(-current)?(-open)?$);"
+        "node-01: no NVIDIA DKMS module matches gpudirect_rdma_nvidia_dkms_pattern (^nvidia(-current|-srv)?(-open)?$);"
         " a precompiled driver must itself come built against this OFED's ib_core."
     )
     # Only nvidia-peermem on a host driver compares DKMS builds with ib_core.

@@ -58,7 +58,7 @@ def provisioned_lab_is_what_the_roles_say(
         assert "blacklist nouveau" in blacklist and "options nouveau modeset=0" in blacklist
         loads = lab._podman("exec", host, "sh", "-c", "cat /etc/modules-load.d/*peermem*.conf").stdout
         assert "peermem" in loads
-        # ofed_mode inbox: the memlock limits RDMA users need.
+        # The memlock limits RDMA users need (every ofed_mode).
         limits = lab._podman("exec", host, "cat", "/etc/security/limits.d/90-nodeforge-rdma.conf").stdout
         assert "* hard memlock unlimited" in limits, limits
         # The toolkit's containerd drop-in imported (containerd itself is not installed on the lab's nodes, which the
@@ -90,11 +90,16 @@ PACKAGING = {
     "rhel9": "rpm",
 }
 # The driver each OS's node takes (inventories/lab/hosts.yml): Debian's own open DKMS package at the branch the
-# release ships, and on Ubuntu NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
+# release ships; on Ubuntu 22.04 Canonical's server packages from Ubuntu's archive (the mirror's stand-in of its
+# restricted component), on 24.04 NVIDIA's CUDA repository (the mirror's), at the older of its two 580 versions.
 APT_DRIVER = {
     "debian12": ("nvidia-open-kernel-dkms", "535.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
     "debian13": ("nvidia-open-kernel-dkms", "550.", {"nvidia-open-kernel-dkms", "nvidia-smi"}),
-    "ubuntu22.04": ("nvidia-open", "580.105.08-0ubuntu1", {"nvidia-open", "nvidia-dkms-580-open"}),
+    "ubuntu22.04": (
+        "nvidia-headless-580-server-open",
+        "580.126.20-0ubuntu0.22.04.1",
+        {"nvidia-headless-580-server-open", "nvidia-utils-580-server", "nvidia-dkms-580-server-open"},
+    ),
     "ubuntu24.04": ("nvidia-open", "580.105.08-0ubuntu1", {"nvidia-open", "nvidia-dkms-580-open"}),
 }
 TOOLKIT = [
@@ -105,19 +110,30 @@ TOOLKIT = [
 ]
 INBOX = {"apt": ("rdma-core", "ibverbs-utils", "infiniband-diags", "perftest"),
          "rpm": ("rdma-core", "libibverbs-utils", "infiniband-diags", "perftest")}  # fmt: skip
+# The OSes whose node takes DOCA-OFED from NVIDIA's DOCA repository (the mirror's, of the manifest's DOCA 3.4.1) in
+# place of the distribution's RDMA packages (inventories/lab/hosts.yml).
+DOCA = {"ubuntu24.04"}
 
 
 def apt_node_has_its_stack(host: str, node_os: str) -> None:
-    """dpkg's and apt's own view: the driver at its branch and held, Debian's (or Ubuntu's) RDMA packages, the
-    toolkit at the manifest's version from the mirror, its four packages held."""
+    """dpkg's and apt's own view: the driver at its branch and held, Debian's (or Ubuntu's) RDMA packages or
+    DOCA-OFED, the toolkit at the manifest's version from the mirror, its four packages held."""
     held = set(lab._podman("exec", host, "apt-mark", "showheld").stdout.split())
     package, version, must_hold = APT_DRIVER[node_os]
     assert must_hold <= held, (host, held)
     installed = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", package).stdout
     assert installed.startswith(version), (host, package, installed)
-    for name in INBOX["apt"]:
-        state = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}", name).stdout
-        assert state.startswith("ii"), (host, name, state)
+    if node_os in DOCA:
+        # The profile package at the pinned DOCA release, held; its ofed_info names the release's OFED base.
+        assert "doca-ofed" in held, (host, held)
+        doca = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "doca-ofed").stdout
+        assert doca.startswith("3.4.1-"), (host, doca)
+        base = lab._podman("exec", host, "ofed_info", "-s").stdout.strip()
+        assert base == "OFED-internal-26.01-0.4.2:", (host, base)
+    else:
+        for name in INBOX["apt"]:
+            state = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}", name).stdout
+            assert state.startswith("ii"), (host, name, state)
     assert sorted(p for p in held if "nvidia-container" in p) == TOOLKIT, (host, held)
     toolkit = lab._podman("exec", host, "dpkg-query", "-W", "-f", "${Version}", "nvidia-container-toolkit").stdout
     assert toolkit.startswith("1.20.0-"), (host, toolkit)
@@ -457,8 +473,10 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
 
 def test_mixed_lab_provisions_one_node_per_os_and_reprovisions_them_changing_nothing(tmp_path):
     """The mixed lab of make test: Debian 13, Rocky 8 and 9, RHEL 8 and 9, Ubuntu 22.04 and 24.04, one node each. Each
-    runs the roles' branch of its OS: Debian 13's own 550 driver, the CUDA repository's ubuntu2204, ubuntu2404, rhel8
-    and rhel9 builds (apt, or dnf module streams), the release's RDMA packages, the toolkit's apt or dnf path."""
+    runs the roles' branch of its OS: Debian 13's own 550 driver, Canonical's server driver packages from Ubuntu
+    22.04's archive (distro), the CUDA repository's ubuntu2404, rhel8 and rhel9 builds (apt, or dnf module streams),
+    the release's RDMA packages or, on Ubuntu 24.04, DOCA-OFED from NVIDIA's DOCA repository, the toolkit's apt or dnf
+    path."""
     mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, f"pytestmix{os.getpid()}", MIXED)
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nodeforge import content
 from nodeforge.collection import model, settings
@@ -141,7 +142,7 @@ GPUDIRECT_DEFAULTS = {
     "gpudirect_rdma_driver_version": "",
     "gpudirect_rdma_peermem_module_name": "",
     "gpudirect_rdma_kernels": [],
-    "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current)?(-open)?$",
+    "gpudirect_rdma_nvidia_dkms_pattern": "^nvidia(-current|-srv)?(-open)?$",
 }
 
 
@@ -210,6 +211,23 @@ def test_gpudirect_dkms_modules_and_kernels_from_dkms_status():
     )
 
 
+def test_the_default_dkms_pattern_takes_each_vendor_s_driver_module_and_nothing_else():
+    """The default of gpudirect_rdma_nvidia_dkms_pattern (the role's defaults, and nvidia_driver's own for its
+    rebuild): NVIDIA's nvidia, Debian's nvidia-current(-open), and Canonical's nvidia-srv, the DKMS module of Ubuntu's
+    -server driver packages (`dkms status` on an Ubuntu node with nvidia-dkms-580-server: nvidia-srv/VERSION); never
+    another vendor's module beside them."""
+    roles = Path(__file__).parents[1] / "collections" / "ansible_collections" / "nodeforge" / "gpu" / "roles"
+    default = yaml.safe_load((roles / "gpudirect_rdma" / "defaults" / "main.yml").read_text())
+    pattern = default["gpudirect_rdma_nvidia_dkms_pattern"]
+    driver_vars = yaml.safe_load((roles / "nvidia_driver" / "vars" / "main.yml").read_text())
+    assert driver_vars["__nvidia_driver_dkms_pattern"] == pattern
+    names = ["nvidia", "nvidia-open", "nvidia-current", "nvidia-current-open", "nvidia-srv", "nvidia-fs", "gdrdrv",
+             "nv_peer_mem", "nvidia-srv-legacy", "mlnx-ofed-kernel"]  # fmt: skip
+    status = "".join(f"{name}/580.95.05, 6.8.0-88-generic, x86_64: installed\n" for name in names)
+    found = gpudirect({"gpudirect_rdma_nvidia_dkms_pattern": pattern}, dkms=status)
+    assert [e["name"] for e in found["__gpudirect_rdma_nvidia_dkms"]] == names[:5]
+
+
 @pytest.mark.slow
 def test_resolve_settings_action_in_a_playbook(tmp_path):
     """The action as the roles call it: variables templated as a task sees them, profile and overrides applied."""
@@ -234,7 +252,7 @@ def test_resolve_settings_action_in_a_playbook(tmp_path):
         role: gpudirect_rdma
         node: {dkms_status: "nvidia-current/535.216.03, 6.1.0-28-amd64, x86_64: installed", kernel: "6.1.0-1-amd64"}
       vars:
-        gpudirect_rdma_nvidia_dkms_pattern: "^nvidia(-current)?(-open)?$"
+        gpudirect_rdma_nvidia_dkms_pattern: "^nvidia(-current|-srv)?(-open)?$"
     - ansible.builtin.copy:
         dest: "{{ out }}"
         content: >-

@@ -11,6 +11,10 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
     DIR/stable/rpm/x86_64/                        the toolkit's dnf repository (repodata signed, as NVIDIA's)
     DIR/compute/cuda/repos/ubuntu2404/x86_64/     NVIDIA's CUDA repository for Ubuntu 24.04 (flat, cuda-keyring)
     DIR/compute/cuda/repos/ubuntu2204/x86_64/     the same for Ubuntu 22.04
+    DIR/ubuntu/dists/{noble,jammy}-updates/restricted/   Ubuntu's archive: Canonical's NVIDIA server driver packages
+                                                  (nvidia-headless-580-server-open, ...), for `distro` mode on Ubuntu
+    DIR/public/repo/doca/3.4.1/ubuntu24.04/x86_64/   NVIDIA's DOCA repository of the manifest's DOCA (flat, signed;
+                                                  doca-ofed), with its key at public/repo/doca/GPG-KEY-Mellanox.pub
     DIR/compute/cuda/repos/rhel9/x86_64/          NVIDIA's CUDA repository for EL 9 (RPMs signed, nvidia-driver
                                                   module streams, D42D0685.pub); rhel8/ the same for EL 8
     DIR/pub/epel/9/Everything/x86_64/             EPEL 9 (dkms, which NVIDIA's DKMS packages require); 8/ for EL 8
@@ -21,6 +25,7 @@ vendors' paths, so the lab inventory points each repository at the node's loopba
                                                   rhel8/8/: RHEL 8's)
     DIR/keys/RPM-GPG-KEY-{Rocky,EPEL}-{8,9}, RPM-GPG-KEY-redhat-release   what rocky-release, epel-release and
                                                   redhat-release install (the same key)
+    DIR/keys/ubuntu-archive-keyring.gpg           what ubuntu-keyring installs (the same key, binary keyring)
 
 The Debian nodes install the driver and RDMA packages from Debian itself; the apt repositories above are for the
 Ubuntu nodes, the dnf ones for the EL nodes (inventories/lab/hosts.yml).
@@ -37,6 +42,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 BUILDER = REPO / "molecule" / "fixture_repo"
 SPECS = BUILDER / "specs"
@@ -48,6 +55,12 @@ import fixture_rpm  # noqa: E402
 import fixture_repo  # noqa: E402
 
 CUDA = "compute/cuda/repos/{distro}/x86_64"
+# Ubuntu's archive: one suite per release, the NVIDIA server drivers in its restricted component.
+UBUNTU = {"24.04": "noble-updates", "22.04": "jammy-updates"}
+# NVIDIA's DOCA repository: one per DOCA release and OS (the manifest's baseurl), its key beside the releases.
+DOCA = "public/repo/doca/{version}/{distro}/x86_64"
+DOCA_VERSION = "3.4.1"
+DOCA_KEY = "public/repo/doca/GPG-KEY-Mellanox.pub"
 RHEL = "content/dist/rhel{major}/{major}/x86_64/{repo}/os"
 
 
@@ -138,6 +151,28 @@ def build(out: Path) -> Path:
             keyring = next(ubuntu.glob("pool/main/c/cuda-keyring/cuda-keyring_*.deb"))
             shutil.copyfile(keyring, ubuntu / keyring.name)
 
+        # Ubuntu's archive with Canonical's server driver packages (the spec is written for 24.04), each release's
+        # -updates suite beside the other's, as in archive.ubuntu.com/ubuntu.
+        for release, suite in UBUNTU.items():
+            spec = work / f"nvidia_driver_server-{release}.yml"
+            spec.write_text((SPECS / "nvidia_driver_ubuntu_server.yml").read_text().replace("24.04", release))
+            archive = _with_key(work / f"ubuntu-{release}", key_home)
+            fixture_repo.build_repo([spec], archive, suite=suite, component="restricted")
+            shutil.copytree(archive / fixture_repo.REPO_SUBDIR, stage / "ubuntu", dirs_exist_ok=True)
+        ubuntu_keyring = archive / fixture_repo.REPO_SUBDIR / fixture_repo.KEYRING_NAME
+
+        # DOCA's repository for Ubuntu 24.04 holds its own release only: the spec's packages of that doca-ofed.
+        spec = yaml.safe_load((SPECS / "ofed_doca.yml").read_text())
+        [profile] = [p for p in spec["packages"] if p["name"] == "doca-ofed" and p["version"].startswith(DOCA_VERSION)]
+        wanted = {("doca-ofed", profile["version"])} | {
+            tuple(re.fullmatch(r"(\S+) \(= (\S+)\)", dep).groups()) for dep in profile["depends"]
+        }
+        spec["packages"] = [p for p in spec["packages"] if (p["name"], p["version"]) in wanted]
+        (work / "doca.yml").write_text(yaml.safe_dump(spec))
+        doca = _with_key(work / "doca", key_home)
+        fixture_repo.build_repo([work / "doca.yml"], doca, flat=True)
+        _place(doca, stage / DOCA.format(version=DOCA_VERSION, distro="ubuntu24.04"))
+
         for major in (9, 8):
             _el_repos(work, stage, key_home, major)
         keys = stage / "keys"
@@ -146,6 +181,8 @@ def build(out: Path) -> Path:
             for name in (f"RPM-GPG-KEY-Rocky-{major}", f"RPM-GPG-KEY-EPEL-{major}"):
                 shutil.copyfile(stage / "gpgkey", keys / name)
         shutil.copyfile(stage / "gpgkey", keys / "RPM-GPG-KEY-redhat-release")
+        shutil.copyfile(ubuntu_keyring, keys / "ubuntu-archive-keyring.gpg")
+        shutil.copyfile(stage / "gpgkey", stage / DOCA_KEY)
         # The builders' copies of the key: the vendors publish theirs only where the paths above say.
         for name in (fixture_rpm.ARMORED_KEY_NAME, fixture_repo.ARMORED_KEY_NAME, fixture_repo.KEYRING_NAME):
             for leftover in stage.rglob(name):

@@ -394,8 +394,9 @@ SAMPLE = ("inventories", "lab", "hosts.yml")
 GROUP = "gpu_nodes"
 TOOLKIT = "nvidia_container_toolkit"
 # What each node OS installs from the mirror (tools/lab_mirror.py), under the mirror's root: the toolkit's key and
-# repository, and for the OSes in cuda_repo mode NVIDIA's CUDA repository and the distribution's own (Rocky's BaseOS
-# and AppStream, EPEL) that the lab's EL node is pointed at (lab/serve_mirror.yml).
+# repository, NVIDIA's CUDA repository for the OSes that can take cuda_repo mode, and the distribution's own that the
+# lab's Ubuntu and EL nodes are pointed at (lab/serve_mirror.yml): Ubuntu's archive (its restricted component: the
+# server driver packages of `distro` mode), Rocky's or RHEL's BaseOS and AppStream, EPEL.
 MIRROR_PATHS = {
     "debian12": ["gpgkey", "stable/deb/amd64/InRelease"],
     "debian13": ["gpgkey", "stable/deb/amd64/InRelease"],
@@ -405,8 +406,19 @@ MIRROR_PATHS = {
             "stable/deb/amd64/InRelease",
             f"compute/cuda/repos/{distro}/x86_64/InRelease",
             f"compute/cuda/repos/{distro}/x86_64/cuda-keyring_1.1-1_all.deb",
+            f"ubuntu/dists/{suite}/InRelease",
+            "keys/ubuntu-archive-keyring.gpg",
+            # The lab's Ubuntu 24.04 node takes DOCA-OFED (ofed_mode doca) from NVIDIA's DOCA repository.
+            *(
+                ["public/repo/doca/3.4.1/ubuntu24.04/x86_64/InRelease", "public/repo/doca/GPG-KEY-Mellanox.pub"]
+                if node_os == "ubuntu24.04"
+                else []
+            ),
         ]
-        for node_os, distro in (("ubuntu22.04", "ubuntu2204"), ("ubuntu24.04", "ubuntu2404"))
+        for node_os, distro, suite in (
+            ("ubuntu22.04", "ubuntu2204", "jammy-updates"),
+            ("ubuntu24.04", "ubuntu2404", "noble-updates"),
+        )
     },
     **{
         f"{distribution}{major}": [
@@ -446,8 +458,10 @@ def _mirror_urls(group_vars: dict) -> dict[str, str]:
 
 def _pin(overrides: dict, fingerprints: list[str]) -> None:
     """The mirror's key pinned wherever a role checks a key it fetches from the mirror (the role refuses any other
-    key, as it does NVIDIA's): the toolkit's key, cuda-keyring's keyring and the CUDA repository's RPM key."""
+    key, as it does NVIDIA's): the toolkit's key, cuda-keyring's keyring, the CUDA repository's RPM key and DOCA's
+    key."""
     overrides[TOOLKIT]["key_fingerprints"] = list(fingerprints)
+    overrides["ofed"]["doca"]["key_fingerprints"] = list(fingerprints)
     cuda = overrides["nvidia_driver"]["cuda_repo"]
     cuda["keyring_fingerprints"] = list(fingerprints)
     cuda["key_fingerprints_rpm"] = list(fingerprints)
