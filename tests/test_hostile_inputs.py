@@ -117,6 +117,11 @@ ARGUMENTS: dict[str, dict[str, object]] = {
     "parsers.dpkg_query_todo": {"packages": ["pkg0", "pkg1", "pkg9"], "version": "3.0.10-8+deb12u1"},
     "parsers.deb_version_compare": {"b": "1:535.104.05-1"},
     "parsers.choose_version": {"wanted": "1.6.20", "installed": "", "builds": "revision"},
+    "parsers.versionlock_stale": {"names": ["nvidia-container-toolkit", "libnvidia-container1"], "version": "1.17.8"},
+    "parsers.versionlock_missing": {
+        "current": output("dnf-versionlock-list.txt"),
+        "released": ["nvidia-container-toolkit-0:1.20.0-1.*"],
+    },
 }
 SAMPLES: dict[str, list[object]] = {
     "parsers.command_output": [output("dkms-status-mixed-debian12.txt")],
@@ -142,6 +147,9 @@ SAMPLES: dict[str, list[object]] = {
     ],
     "parsers.deb_version_compare": test_parsers.VERSIONS,
     "parsers.choose_version": [MADISON_VERSIONS],
+    "parsers.versionlock_entries": [*outputs("dnf-versionlock-list.txt"), *outputs("rpm-query-lock-entries.txt")],
+    "parsers.versionlock_stale": outputs("dnf-versionlock-list.txt"),
+    "parsers.versionlock_missing": outputs("rpm-query-lock-entries.txt"),
     "scale.parse_mmlscluster": [test_scale.MMLSCLUSTER_DOC],
     "scale.parse_mmlsconfig": [test_scale.MMLSCONFIG_DOC, test_scale.MMLSCONFIG_REDBOOK],
     "scale.parse_mmlsnodeclass": [test_scale.MMLSNODECLASS_DOC],
@@ -363,7 +371,13 @@ def test_evaluators_take_a_parser_s_result_only_in_its_shape():
 
 
 # The arguments after the input of the filters that take more than one.
-FILTER_ARGUMENTS = {"dpkg_query_todo": (["x"],), "choose_version": ("1.0",), "deb_version_compare": ("1.0",)}
+FILTER_ARGUMENTS = {
+    "dpkg_query_todo": (["x"],),
+    "choose_version": ("1.0",),
+    "deb_version_compare": ("1.0",),
+    "versionlock_stale": (["x"], "1.0"),
+    "versionlock_missing": ("",),
+}
 
 
 def parser_filters() -> Iterator[tuple[str, Callable, Callable]]:

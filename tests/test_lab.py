@@ -460,7 +460,13 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
         assert up.exit_code == 0, up.output
         summary = json.loads(up.stdout)
         provisioned_lab_is_what_the_roles_say(name, nodes, summary, dict(zip(nodes, oses, strict=True)), mirror)
+        # dnf's lock list, with the time of each `dnf versionlock add` in it: a no-op that released and locked again
+        # (and hid it with changed_when) would leave other times.
+        el_nodes = [node for node, node_os in zip(nodes, oses, strict=True) if node_os.startswith(("rocky", "rhel"))]
+        locks = {node: _exec(node, "cat", "/etc/dnf/plugins/versionlock.list").stdout for node in el_nodes}
+        assert all("nvidia-container-toolkit-0:" in text for text in locks.values()), locks
         reprovision_changes_nothing(name)
+        assert {node: _exec(node, "cat", "/etc/dnf/plugins/versionlock.list").stdout for node in el_nodes} == locks
         # The nodes' OSes are the lab's: `lab up` again with another list refuses, and removes nothing.
         other = "debian13" if oses[0] != "debian13" else "debian12"
         again = CliRunner().invoke(main, ["lab", "up", "--os", other, "--name", name])

@@ -380,3 +380,64 @@ def test_driver_role_decides_holds_from_the_state_after_a_release(released, expe
     assert role_expressions.render("nvidia_driver", file, name, "__nvidia_driver_todo_install", **registered) == []
     hold = role_expressions.render("nvidia_driver", file, name, "__nvidia_driver_todo_hold", **registered)
     assert hold == expected_hold
+
+
+# dnf versionlock: the real list of the mixed lab's Rocky 9 node and the roles' rpm query of the same node.
+LOCKS = (OUTPUTS / "dnf-versionlock-list.txt").read_text()
+RPM_LOCKS = (OUTPUTS / "rpm-query-lock-entries.txt").read_text()
+TOOLKIT = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+]
+
+
+def test_versionlock_entries_reads_dnf_s_list_and_the_list_file_s_comments():
+    entries = parsers.versionlock_entries(LOCKS)
+    assert len(entries) == 15
+    assert entries[0] == "kmod-nvidia-open-dkms-3:580.105.08-1.el9.*"
+    assert "libnvidia-container1-0:1.20.0-1.*" in entries
+    # The list file itself, as `dnf versionlock add` writes it: its comments and blank lines are no entries.
+    assert parsers.versionlock_entries(
+        "\n# Added lock on Mon Nov 30 20:21:44 2026\nnvidia-open-3:580.105.08-1.el9.*\n"
+    ) == ["nvidia-open-3:580.105.08-1.el9.*"]
+    assert sorted(parsers.versionlock_entries(RPM_LOCKS)) == sorted(entries)
+
+
+def test_versionlock_entries_refuses_a_line_of_another_shape():
+    assert refusal(parsers.versionlock_entries, "nvidia-open-3:580.105.08-1.el9.*\nNo such command: versionlock.\n")[
+        :3
+    ] == ("versionlock_entries", "not a versionlock entry", "No such command: versionlock.")
+    assert (
+        parse_error(parsers.versionlock_entries, "package nvidia-open is not installed").tool == "versionlock_entries"
+    )
+    assert parse_error(parsers.versionlock_entries, "nvidia-open-580.105.08-1.el9.*")  # no epoch: not dnf's form
+
+
+def test_versionlock_stale_names_only_these_packages_at_another_version():
+    assert parsers.versionlock_stale(LOCKS, TOOLKIT, "1.20.0") == []
+    moved = parsers.versionlock_stale(LOCKS, TOOLKIT, "1.17.8")
+    assert sorted(moved) == sorted(e for e in parsers.versionlock_entries(LOCKS) if ":1.20.0-1.*" in e)
+    assert len(moved) == 4  # the driver's locks stay
+    # A pin with its release, and an exclude (a "!" entry), which is not a lock to release.
+    assert parsers.versionlock_stale(LOCKS, TOOLKIT, "1.20.0-1") == []
+    assert parsers.versionlock_stale("!nvidia-container-toolkit-0:1.17.8-1.*\n", TOOLKIT, "1.20.0") == []
+    # A name that only starts like one of the packages is another package.
+    assert parsers.versionlock_stale(LOCKS, ["nvidia-container-toolkit"], "1.17.8") == [
+        "nvidia-container-toolkit-0:1.20.0-1.*"
+    ]
+
+
+def test_versionlock_missing_is_empty_on_a_converged_node_and_names_what_a_move_adds():
+    assert parsers.versionlock_missing(RPM_LOCKS, LOCKS) == []
+    assert parsers.versionlock_missing(RPM_LOCKS, "") == parsers.versionlock_entries(RPM_LOCKS)
+    # The toolkit moved to 1.20.0 from 1.17.8: the old entries released, the new ones added.
+    old = LOCKS.replace("1.20.0-1", "1.17.8-1")
+    released = parsers.versionlock_stale(old, TOOLKIT, "1.20.0")
+    missing = parsers.versionlock_missing(RPM_LOCKS, old, released)
+    assert sorted(missing) == sorted(e for e in parsers.versionlock_entries(RPM_LOCKS) if ":1.20.0-1.*" in e)
+    # An entry released is no longer held, even at the version wanted.
+    assert parsers.versionlock_missing(
+        "nvidia-open-3:580.105.08-1.el9.*", LOCKS, ["nvidia-open-3:580.105.08-1.el9.*"]
+    ) == ["nvidia-open-3:580.105.08-1.el9.*"]

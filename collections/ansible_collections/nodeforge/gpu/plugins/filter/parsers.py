@@ -22,6 +22,9 @@ description:
   - C(keyring_fingerprints) does the same for a binary keyring given as base64 text.
   - C(openpgp_fingerprints) computes the v4 fingerprints (primary, subkeys) of an armored public key block.
   - C(module_table) maps kernel module names to their modprobe and kernel (underscore) names.
+  - C(versionlock_entries) reads C(dnf -q versionlock list) (or C(rpm --queryformat
+    '%{NAME}-%{EPOCHNUM}:%{VERSION}-%{RELEASE}.*\\n')) into its entries; C(versionlock_stale) names the entries of
+    some packages at another version than the pin; C(versionlock_missing) the wanted entries the list lacks.
   - C(choose_version) picks the package version to pin from the available ones, keeping an installed match.
   - Input a filter cannot read (damaged or cut-short output, a value of another type) fails the task with an error
     that names the parser, the offending line and what it expected.
@@ -51,4 +54,7 @@ class FilterModule:
             "module_table": _fail(parsers.module_table),
             "choose_version": _fail(parsers.choose_version),
             "deb_version_compare": _fail(parsers.deb_version_compare),
+            "versionlock_entries": _fail(parsers.versionlock_entries),
+            "versionlock_stale": _fail(parsers.versionlock_stale),
+            "versionlock_missing": _fail(parsers.versionlock_missing),
         }

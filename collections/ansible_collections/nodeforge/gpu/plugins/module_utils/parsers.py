@@ -229,6 +229,61 @@ def rpm_spec(text: str) -> dict:
     return {"version": version.group(1) if version else "0", "release": release.group(1) if release else "0"}
 
 
+# A dnf versionlock entry as `dnf versionlock add` writes it and `dnf versionlock list` prints it: NAME-EPOCH:VERSION-
+# RELEASE.* (an exclude has a leading "!"); `rpm --queryformat '%{NAME}-%{EPOCHNUM}:%{VERSION}-%{RELEASE}.*\n'` prints
+# the entry of an installed package in the same form.
+_LOCK_ENTRY = re.compile(
+    r"^(?P<exclude>!?)(?P<name>[^\s:]+)-(?P<epoch>\d+):(?P<version>[^\s:-]+)-(?P<release>[^\s:]+)\.\*$"
+)
+_LOCK_EXPECTED = "dnf versionlock entries, one per line, such as 'nvidia-container-toolkit-0:1.17.8-1.*'"
+
+
+def _lock_entries(tool: str, stdout: object) -> list[str]:
+    entries = []
+    for raw in command_output(tool, stdout).splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if not _LOCK_ENTRY.match(line):
+            raise ParseError(tool, "not a versionlock entry", raw, _LOCK_EXPECTED)
+        entries.append(line)
+    return entries
+
+
+def versionlock_entries(stdout: str | list[str]) -> list[str]:
+    """The entries of `dnf -q versionlock list` (or of the rpm query above), in order; blank lines and comments
+    (the list file's "# Added lock on ...") are no entries. A line of another shape (an error message, a cut line)
+    is a ParseError."""
+    return _lock_entries("versionlock_entries", stdout)
+
+
+def versionlock_stale(stdout: str | list[str], names: list[str], version: str) -> list[str]:
+    """The lock entries of the packages `names` that hold another version than `version` (VERSION or
+    VERSION-RELEASE, as the roles pin it): what must go before dnf can move those packages to the pin. Excludes and
+    other packages' entries stay."""
+    wanted = set(_strings("versionlock_stale", names, "package names"))
+    pin = _string("versionlock_stale", version, "the version", "the pinned version, e.g. '1.17.8-1'")
+    stale = []
+    for entry in _lock_entries("versionlock_stale", stdout):
+        m = _LOCK_ENTRY.match(entry)
+        if m["exclude"] or m["name"] not in wanted:
+            continue
+        if pin not in (m["version"], f"{m['version']}-{m['release']}"):
+            stale.append(entry)
+    return stale
+
+
+def versionlock_missing(
+    wanted: str | list[str], current: str | list[str], released: list[str] | None = None
+) -> list[str]:
+    """The entries of `wanted` (the rpm query of the installed packages) that the lock list `current` lacks, once the
+    entries `released` are gone from it: what `dnf versionlock add` still has to write. Nothing when the list holds
+    them all: a converged node's lock list is left as it is."""
+    gone = set(_strings("versionlock_missing", released or [], "released entries"))
+    held = {entry for entry in _lock_entries("versionlock_missing", current) if entry not in gone}
+    return [entry for entry in _lock_entries("versionlock_missing", wanted) if entry not in held]
+
+
 def booleans_local(text: str) -> dict[str, str]:
     """libsemanage's booleans.local ("name=1" / "name=0" lines) -> name -> "1" | "0"."""
     local = command_output("booleans_local", text)
