@@ -410,6 +410,25 @@ def test_evaluate_hca_ports_against_the_dgx1_profile():
     assert (results[1]["status"], results[1]["reason"]) == ("fail", "mlx5_9 port 1 not found")
 
 
+def test_evaluate_hca_ports_against_the_supermicro_profile_s_four_25gbe_ports():
+    """Seed 001's GPU node: two dual-port 25GbE ConnectX-4 Lx cards, four RoCE ports, each at 25 Gb/s. The profile's
+    former single 100 Gb/s port would have failed on this hardware."""
+    hcas = profile("supermicro-4029gp-tvrt")["hcas"]
+    recorded = output("ibstat-supermicro-4029gp-tvrt-25gbe.txt")
+    results = acceptance.evaluate_hca_ports(recorded, hcas)
+    assert statuses(results) == {f"hca_port[mlx5_{i}]": "pass" for i in range(4)}
+    assert {r["measured"] for r in results} == {"ACTIVE 25 Gb/s Ethernet"}
+    # A port that came up at 10 Gb/s (a 10G transceiver, or a switch port set so) fails, and only that one.
+    slow = recorded.split("CA 'mlx5_3'")
+    slow = slow[0] + "CA 'mlx5_3'" + slow[1].replace("Rate: 25", "Rate: 10", 1)
+    results = acceptance.evaluate_hca_ports(slow, hcas)
+    assert [r["status"] for r in results] == ["pass", "pass", "pass", "fail"]
+    assert results[3]["reason"] == "rate 10.0 Gb/s, expected 25"
+    # The old profile's expectation against the same hardware: every port but mlx5_0 missing, mlx5_0 at the wrong rate.
+    old = [{"name": "mlx5_0", "link_layer": "Ethernet", "rate_gbps": 100}]
+    assert acceptance.evaluate_hca_ports(recorded, old)[0]["reason"] == "rate 25.0 Gb/s, expected 100"
+
+
 def test_evaluate_hca_ports_without_hcas_in_the_profile():
     assert acceptance.evaluate_hca_ports("", profile("lab")["hcas"], "lab") == [
         {

@@ -255,9 +255,26 @@ def validate_checks_the_lab(lab_name: str, nodes: list[str], tmp_path) -> None:
         str(out["xml"]),
         "--html",
         str(out["html"]),
+        "--textfile",
+        str(tmp_path),
     ]
     run = runner.invoke(main, argv)
     report = json.loads(out["json"].read_text())
+    # The textfile for node_exporter, read by the Prometheus client's parser: each check's status as the JSON says.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = {
+        f.name: f.samples for f in text_string_to_metric_families((tmp_path / "nodeforge-validate.prom").read_text())
+    }
+    current = {
+        (s.labels["node"], s.labels["check"], s.labels["status"])
+        for s in metrics["nodeforge_validate_check_status"]
+        if s.value == 1
+    }
+    hosts = report["hosts"]
+    assert current == {(host, c["check"], c["status"]) for host, entry in hosts.items() for c in entry["checks"]}
+    passed = {host: float(entry["status"] == "passed") for host, entry in hosts.items()}
+    assert {s.labels["node"]: s.value for s in metrics["nodeforge_validate_node_passed"]} == passed
     for host in nodes:
         checks = {c["check"]: c for c in report["hosts"][host]["checks"]}
         for name in ("driver_version", "driver_flavor", "gpu_count", "gpu_model", "peer_memory", "cdi_gpus"):

@@ -586,6 +586,56 @@ def test_html_shows_each_node_check_and_the_bandwidth_bar():
     assert page.count('class="fail"') >= 2  # in the grid and in n1's table
 
 
+def _families(text: str) -> dict:
+    """The text read back by the Prometheus client's own parser: {metric: {(labels...): value}}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge" and family.documentation, family.name
+        found[family.name] = {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+    return found
+
+
+def test_textfile_reads_back_per_node_check_and_status():
+    text = validate_report.textfile(validate_report.payload(_mixed()), written_at=1764547200.0)
+    found = _families(text)
+    status = found["nodeforge_validate_check_status"]
+    bandwidth = (("check", "ib_write_bw[mlx5_0 <-> n2]"), ("node", "n1"))
+    assert [status[(*bandwidth[:1], bandwidth[1], ("status", s))] for s in ("pass", "fail", "na", "error")] == [
+        0.0,
+        1.0,
+        0.0,
+        0.0,
+    ]
+    assert status[(("check", "hca_ports"), ("node", "n1"), ("status", "na"))] == 1.0
+    # Exactly one status of each check is 1; the unreachable node's one "run" entry is an error.
+    assert sum(status.values()) == 4
+    assert status[(("check", "run"), ("node", "n2"), ("status", "error"))] == 1.0
+    # The numbers measured, with their unit; a text measurement ("not loaded") is no sample.
+    assert found["nodeforge_validate_check_measured"] == {(*bandwidth, ("unit", "MB/s")): 9000.5}
+    assert found["nodeforge_validate_node_passed"] == {(("node", "n1"),): 0.0, (("node", "n2"),): 0.0}
+    assert found["nodeforge_validate_checks"][(("node", "n1"), ("status", "fail"))] == 1.0
+    assert found["nodeforge_validate_last_run_timestamp_seconds"] == {
+        (("node", "n1"),): 1764547200.0,
+        (("node", "n2"),): 1764547200.0,
+    }
+    # node_exporter's textfile collector refuses samples with timestamps: none has one.
+    assert all(len(line.rsplit("}", 1)[1].split()) == 1 for line in text.splitlines() if not line.startswith("#"))
+    passing = _result({"n1": [N1[0], N1[2]]}, {"n1": {**COUNTS, "ok": 9}}, rc=0)
+    passed = _families(validate_report.textfile(validate_report.payload(passing), 0.0))
+    assert passed["nodeforge_validate_node_passed"] == {(("node", "n1"),): 1.0}
+
+
+def test_textfile_label_values_are_escaped_as_the_format_says():
+    odd = [acceptance.check_result('a"b\\c\nd', "pass", 1, 1)]
+    text = validate_report.textfile(
+        validate_report.payload(_result({"n1": odd}, {"n1": {**COUNTS, "ok": 1}}, rc=0)), 0.0
+    )
+    labels = [dict(k) for k in _families(text)["nodeforge_validate_check_status"]]
+    assert {label["check"] for label in labels} == {'a"b\\c\nd'}
+
+
 def test_console_table_keeps_check_names_with_brackets():
     console = Console(record=True, width=200)
     validate_report.print_table(console, validate_report.payload(_mixed()))
@@ -619,6 +669,17 @@ def test_cli_writes_every_report_and_exits_non_zero(tmp_path, monkeypatch):
     assert "ib_write_bw[mlx5_0 <-> n2]" in result.output
     assert json.loads(out["json"].read_text())["hosts"]["n1"]["checks"] == N1
     assert ET.parse(out["xml"]).getroot().get("failures") == "1"
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    again = CliRunner().invoke(cli.main, ["validate", "-i", str(inventory), "--textfile", str(textfile)])
+    assert again.exit_code == EXIT_HOST_FAILED, again.output
+    [written] = textfile.iterdir()  # one file, whatever the nodes are called; no temporary file left
+    assert written.name == "nodeforge-validate.prom"
+    assert _families(written.read_text())["nodeforge_validate_node_passed"] == {
+        (("node", "n1"),): 0.0,
+        (("node", "n2"),): 0.0,
+    }
+    out["prom"] = written
     for path in out.values():
         assert "s3cret" not in path.read_text()
     stdout = CliRunner().invoke(cli.main, ["validate", "-i", str(inventory), "--json"])

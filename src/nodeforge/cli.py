@@ -9,6 +9,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -424,6 +425,14 @@ def _validate_options(func: Any) -> Any:
         ),
         click.option("--junit", "junit_file", type=click.Path(dir_okay=False, path_type=Path), help="JUnit XML."),
         click.option("--html", "html_file", type=click.Path(dir_okay=False, path_type=Path), help="HTML summary."),
+        click.option(
+            "--textfile",
+            "textfile_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            metavar="DIR",
+            help="Write every node's results in Prometheus text format to DIR/nodeforge-validate.prom, for "
+            "node_exporter's textfile collector.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -432,7 +441,14 @@ def _validate_options(func: Any) -> Any:
 
 @main.command(name="validate", help=VERBS["validate"].help)
 @_validate_options
-def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_file: Path | None, **kw: Any) -> None:
+def validate(
+    perf: bool,
+    json_file: str | None,
+    junit_file: Path | None,
+    html_file: Path | None,
+    textfile_dir: Path | None,
+    **kw: Any,
+) -> None:
     """Exit code: 0 when every check passed or does not apply, non-zero when a check failed or a node was not
     validated (unreachable, or the run stopped before its report)."""
     to_stdout = json_file == "-"
@@ -440,6 +456,7 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
         "--json": Path(json_file) if json_file and not to_stdout else None,
         "--junit": junit_file,
         "--html": html_file,
+        "--textfile": textfile_dir / validate_report.TEXTFILE_NAME if textfile_dir is not None else None,
     }
     for option, path in reports.items():
         if path is not None:
@@ -458,6 +475,7 @@ def validate(perf: bool, json_file: str | None, junit_file: Path | None, html_fi
             "--json": validate_report.json_text,
             "--junit": validate_report.junit,
             "--html": validate_report.html_report,
+            "--textfile": lambda found: validate_report.textfile(found, time.time()),
         }
         for option, path in reports.items():
             if path is not None:

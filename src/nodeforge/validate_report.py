@@ -1,5 +1,6 @@
 """`nodeforge validate`'s reports: the per-node table on the console, JSON (every result), JUnit XML (one testcase per
-node and check) and an HTML summary (per-node grid, bandwidth bars against their thresholds as inline SVG).
+node and check), an HTML summary (per-node grid, bandwidth bars against their thresholds as inline SVG) and the
+Prometheus text format for node_exporter's textfile collector (per node and check, and when).
 
 The check results come from role validate's "Report the acceptance checks" task through the runner
 (RunResult.acceptance): {check, status pass|fail|na, measured, expected, reason, unit}. A host the run did not finish
@@ -157,6 +158,66 @@ def junit(report: dict[str, Any]) -> str:
         suites.set(key, str(value))
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+# `--textfile DIR` writes this file (one for every node of the run: node names never become file names).
+TEXTFILE_NAME = "nodeforge-validate.prom"
+STATUSES = ("pass", "fail", "na", "error")
+_METRICS = {
+    "nodeforge_validate_check_status": "One series per node, check and status: 1 for the check's status in the last "
+    "run, 0 for the others.",
+    "nodeforge_validate_check_measured": "What the check measured, where it is a number (the unit label says in what).",
+    "nodeforge_validate_checks": "The node's checks in the last run, by status.",
+    "nodeforge_validate_node_passed": "1 when every check of the node passed or does not apply, 0 when one failed or "
+    "the node was not validated (unreachable, or its run stopped).",
+    "nodeforge_validate_last_run_timestamp_seconds": "When the last run's results were written, in Unix time.",
+}
+
+
+def _label(value: Any) -> str:
+    """A label value as the text format quotes it: backslash, double quote and line feed escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _sample(name: str, labels: dict[str, Any], value: float) -> str:
+    inside = ",".join(f'{key}="{_label(v)}"' for key, v in labels.items())
+    return f"{name}{{{inside}}} {value!r}"
+
+
+def textfile(report: dict[str, Any], written_at: float) -> str:
+    """The report in Prometheus' text exposition format (version 0.0.4), for node_exporter's textfile collector: every
+    node's checks (a series per status, the measured number where there is one), its counts, whether it passed, and
+    written_at. Labels: node (the inventory name), check, status, unit. No sample carries a timestamp: the collector
+    refuses them."""
+    samples: dict[str, list[str]] = {name: [] for name in _METRICS}
+    for node, entry in report["hosts"].items():
+        for c in entry["checks"]:
+            for status in STATUSES:
+                labels = {"node": node, "check": c.get("check"), "status": status}
+                samples["nodeforge_validate_check_status"].append(
+                    _sample("nodeforge_validate_check_status", labels, 1.0 if c.get("status") == status else 0.0)
+                )
+            measured = c.get("measured")
+            if isinstance(measured, (int, float)) and not isinstance(measured, bool):
+                labels = {"node": node, "check": c.get("check"), "unit": c.get("unit") or ""}
+                samples["nodeforge_validate_check_measured"].append(
+                    _sample("nodeforge_validate_check_measured", labels, float(measured))
+                )
+        for status in STATUSES:
+            samples["nodeforge_validate_checks"].append(
+                _sample("nodeforge_validate_checks", {"node": node, "status": status}, float(entry["counts"][status]))
+            )
+        passed = 1.0 if entry["status"] == "passed" else 0.0
+        samples["nodeforge_validate_node_passed"].append(
+            _sample("nodeforge_validate_node_passed", {"node": node}, passed)
+        )
+        samples["nodeforge_validate_last_run_timestamp_seconds"].append(
+            _sample("nodeforge_validate_last_run_timestamp_seconds", {"node": node}, float(written_at))
+        )
+    lines = []
+    for name, help_text in _METRICS.items():
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples[name]]
+    return "\n".join(lines) + "\n"
 
 
 _CSS = """
