@@ -479,7 +479,7 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
         provisioned_lab_is_what_the_roles_say(name, nodes, summary, dict(zip(nodes, oses, strict=True)), mirror)
         # dnf's lock list, with the time of each `dnf versionlock add` in it: a no-op that released and locked again
         # (and hid it with changed_when) would leave other times.
-        el_nodes = [node for node, node_os in zip(nodes, oses, strict=True) if node_os.startswith(("rocky", "rhel"))]
+        el_nodes = [node for node, node_os in zip(nodes, oses, strict=True) if PACKAGING[node_os] == "rpm"]
         locks = {node: _exec(node, "cat", "/etc/dnf/plugins/versionlock.list").stdout for node in el_nodes}
         assert all("nvidia-container-toolkit-0:" in text for text in locks.values()), locks
         reprovision_changes_nothing(name)
