@@ -838,6 +838,31 @@ def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_threshol
     assert checks["n3"]["ib_write_bw"]["status"] == "na"
 
 
+def test_the_textfile_recorded_on_the_gpu_machine_is_what_todays_writer_makes_of_its_report():
+    """docs/gpu-validate: `validate --textfile` ran on the lent H200 in the same run as validate-h200.json. The
+    recorded file parses with the Prometheus client's parser, each check's status series says the JSON report's
+    status, and today's writer, given that report and the run's time, writes the same bytes."""
+    where = REPO / "docs" / "gpu-validate"
+    recorded = (where / "nodeforge-validate-h200.prom").read_text()
+    report = json.loads((where / "validate-h200.json").read_text())
+    found = _families(recorded)
+    (stamp,) = found["nodeforge_validate_last_run_timestamp_seconds"].values()
+    assert validate_report.textfile(report, written_at=stamp) == recorded
+    checks = report["hosts"]["gpu-node-01"]["checks"]
+    statuses = found["nodeforge_validate_check_status"]
+    assert {
+        c["check"]: [
+            s
+            for s in ("pass", "fail", "na", "error")
+            if statuses[(("check", c["check"]), ("node", "gpu-node-01"), ("status", s))] == 1.0
+        ]
+        for c in checks
+    } == {c["check"]: [c["status"]] for c in checks}
+    counts = {dict(k)["status"]: v for k, v in found["nodeforge_validate_checks"].items()}
+    assert counts == {"pass": 6, "fail": 14, "na": 8, "error": 0}
+    assert found["nodeforge_validate_node_passed"] == {(("node", "gpu-node-01"),): 0.0}
+
+
 def test_the_recorded_gpu_report_follows_from_its_raw_outputs():
     """docs/gpu-validate: the report `nodeforge validate` wrote on a lent H200 machine, and the raw outputs of the
     role's probes captured there in the same run (probes-h200.txt). Judged again here with that inventory, today's

@@ -23,6 +23,6 @@ for area in driver rdma runtime; do
 done > "$out/probes.txt" 2>&1
 python3 -m nodeforge check -i docs/gpu-validate/inventory > "$out/check.txt" 2>&1; echo "check rc=$?"
 python3 -m nodeforge validate -i docs/gpu-validate/inventory --perf \
-  --json "$out/validate.json" --junit "$out/validate.junit.xml" --html "$out/validate.html" > "$out/validate.txt" 2>&1
+  --json "$out/validate.json" --junit "$out/validate.junit.xml" --html "$out/validate.html" --textfile "$out" > "$out/validate.txt" 2>&1
 echo "validate rc=$?"
 cat "$out/host.txt" "$out/check.txt" "$out/validate.txt"
