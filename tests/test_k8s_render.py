@@ -129,6 +129,20 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
         ]
     )
     assert ("SecurityContextConstraints" in kinds) is (SAMPLES[sample] == "openshift")
+    # GPU monitoring where the sample enables it (role k8s_gpu_monitoring): the exporter, its ServiceMonitor, the
+    # alerts and the dashboard, validated above like every object.
+    monitored = {
+        (o["kind"], o["metadata"]["name"]) for o in objects if o["metadata"].get("namespace") == "gpu-monitoring"
+    }
+    expected = {
+        ("DaemonSet", "dcgm-exporter"),
+        ("Service", "dcgm-exporter"),
+        ("ServiceMonitor", "dcgm-exporter"),
+        ("PrometheusRule", "nodeforge-gpu-alerts"),
+        ("ConfigMap", "dcgm-exporter-counters"),
+        ("ConfigMap", "nodeforge-gpu-dashboard"),
+    }
+    assert (expected <= monitored) is (sample in ("dgx1-openshift", "c4140-k8s")), monitored
     # The MPI Operator's objects are the pinned release's, unchanged.
     release = [d for d in yaml.safe_load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
     for obj in release:

@@ -75,6 +75,19 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "$want" >"$stamp"
 fi
 
+# promtool, Prometheus's own rule checker and PromQL engine, for the monitoring tests (tests/test_k8s_monitoring.py):
+# taken out of Debian's prometheus package without installing it (the package would run a Prometheus server here).
+if [[ ! -x build/promtool/promtool ]]; then
+  echo "setup: promtool (apt-get download prometheus, unpacked into build/promtool)"
+  rm -rf build/promtool.tmp && mkdir -p build/promtool.tmp
+  (cd build/promtool.tmp && { apt-get download prometheus >/dev/null 2>&1 ||
+    { $SUDO apt-get update -qq && apt-get download prometheus >/dev/null; }; }) &&
+    dpkg-deb --fsys-tarfile build/promtool.tmp/prometheus_*.deb | tar -x -C build/promtool.tmp ./usr/bin/promtool &&
+    mkdir -p build/promtool && mv build/promtool.tmp/usr/bin/promtool build/promtool/promtool
+  rm -rf build/promtool.tmp
+  [[ -x build/promtool/promtool ]] || { echo "setup: could not get promtool from Debian's prometheus package" >&2; exit 1; }
+fi
+
 failed=0
 for node_os in "${NODE_OSES[@]}"; do
   status=0

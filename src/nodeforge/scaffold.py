@@ -260,8 +260,17 @@ SAMPLE_SETTINGS: dict[str, dict[str, Any]] = {
             },
             {"id": "215057217487177715", "gui_hosts": ["192.0.2.52"], "secret": "csisecret-remote"},
         ],
+        # GPU metrics, dashboards and alerts, as the Supermicro/OpenShift reference system adds them (seed 001,
+        # "Monitoring Environment"); OpenShift's user-workload monitoring scrapes them.
+        "k8s_gpu_monitoring_enabled": True,
     },
-    "c4140-k8s": {"nodeforge_k8s_distribution": "kubernetes", "k8s_mpi_operator_tenants": ["ml-team"]},
+    "c4140-k8s": {
+        "nodeforge_k8s_distribution": "kubernetes",
+        "k8s_mpi_operator_tenants": ["ml-team"],
+        # A kube-prometheus-stack release named so selects the ServiceMonitor and the PrometheusRule.
+        "k8s_gpu_monitoring_enabled": True,
+        "k8s_gpu_monitoring_prometheus_labels": {"release": "kube-prometheus-stack"},
+    },
     "vsphere-t4": {"nodeforge_k8s_distribution": "kubernetes"},
     "dgx-h100-k8s": {"nodeforge_k8s_distribution": "kubernetes", "k8s_mpi_operator_tenants": ["ml-team"]},
 }

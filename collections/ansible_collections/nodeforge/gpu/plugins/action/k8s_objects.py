@@ -8,7 +8,13 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_scale, k8s_validate, model
+from ansible_collections.nodeforge.gpu.plugins.module_utils import (
+    k8s_monitoring,
+    k8s_objects,
+    k8s_scale,
+    k8s_validate,
+    model,
+)
 
 DOCUMENTATION = r"""
 module: k8s_objects
@@ -26,8 +32,8 @@ options:
     description: The component.
     type: str
     required: true
-    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, scale_csi,
-              scale_csi_secrets, pins]
+    choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, gpu_monitoring,
+              scale_csi, scale_csi_secrets, pins]
   files:
     description: Paths on the controller of the upstream objects the component builds on (per component).
     type: dict
@@ -48,6 +54,12 @@ pins:
   returned: always
 values:
   description: The GPU Operator's Helm values (component gpu_operator; empty otherwise).
+  type: dict
+  returned: always
+extra_files:
+  description: >-
+    Files render writes beside the objects (component gpu_monitoring: the alert rules as a Prometheus rules file when
+    no Prometheus Operator runs; empty otherwise).
   type: dict
   returned: always
 rdma_resources:
@@ -81,6 +93,7 @@ class ActionModule(ActionBase):
             variables = hostvars[host]
             nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
         values: dict = {}
+        extra_files: dict = {}
         try:
             cluster = k8s_objects.cluster_from(control, nodes)
             if component == "node_labels":
@@ -96,7 +109,16 @@ class ActionModule(ActionBase):
             elif component == "pins":
                 objects = []
             elif component == "gpu_operator":
-                objects, values = [], k8s_objects.gpu_operator_values(cluster)
+                objects = []
+                values = k8s_objects.gpu_operator_values(cluster, k8s_monitoring.operator_values(cluster))
+            elif component == "gpu_monitoring":
+                upstream = _read(files["upstream"])
+                [service_monitor] = _read(files["service_monitor"])
+                with open(files["counters"], encoding="utf-8") as handle:
+                    pinned = handle.read()
+                objects = k8s_monitoring.gpu_monitoring(cluster, upstream, service_monitor, pinned)
+                rules = k8s_monitoring.rules_file(cluster)
+                extra_files = {k8s_monitoring.RULES_FILE: rules} if rules else {}
             elif component == "mpi_operator":
                 objects = k8s_objects.mpi_operator(cluster, _read(files["release"]) if files.get("release") else [])
             elif component in ("scale_csi", "scale_csi_secrets"):
@@ -125,6 +147,7 @@ class ActionModule(ActionBase):
             changed=False,
             objects=objects,
             values=values,
+            extra_files=extra_files,
             rdma_resources=resources,
             pins=cluster.manifest["kubernetes"],
         )

@@ -78,7 +78,7 @@ def label_value(text: Any) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
-def _meta(name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None) -> dict:
+def meta(name: str, namespace: str | None = None, labels: Mapping[str, str] | None = None) -> dict:
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
@@ -94,11 +94,13 @@ K8S_ROLES = (
     "k8s_rdma_shared_device_plugin",
     "k8s_mpi_operator",
     "k8s_gpu_operator",
+    "k8s_gpu_monitoring",
     "k8s_cluster",
 )
 # What the cluster layer reads of each GPU node's variables (the node roles' settings that change objects).
 NODE_VARIABLES = (
     "nodeforge_profile",
+    "nodeforge_profile_overrides",
     "k8s_node_labels_node_name",
     "nvidia_container_toolkit_set_as_default",
     "nvidia_driver_source",
@@ -186,15 +188,15 @@ def node_labels(cluster: Cluster) -> list[dict]:
 
 
 # ---- NVIDIA device plugin --------------------------------------------------------------------------------------------
-def _openshift_privileged(name: str, namespace: str) -> list[dict]:
+def openshift_privileged(name: str, namespace: str) -> list[dict]:
     """On OpenShift a hostPath / privileged DaemonSet needs an SCC that allows it: its own ServiceAccount, allowed
     to `use` the privileged SCC through a Role and RoleBinding."""
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(name, namespace)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": _meta(f"{name}-privileged-scc", namespace),
+            "metadata": meta(f"{name}-privileged-scc", namespace),
             "rules": [
                 {
                     "apiGroups": ["security.openshift.io"],
@@ -207,7 +209,7 @@ def _openshift_privileged(name: str, namespace: str) -> list[dict]:
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": _meta(f"{name}-privileged-scc", namespace),
+            "metadata": meta(f"{name}-privileged-scc", namespace),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-privileged-scc"},
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
         },
@@ -262,7 +264,7 @@ def gpu_device_plugin(cluster: Cluster, upstream: Mapping[str, Any], runtime_cla
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(config_name, namespace),
+            "metadata": meta(config_name, namespace),
             "data": {"config.yaml": yaml.safe_dump(device_plugin_config(cluster), sort_keys=True)},
         }
     )
@@ -279,7 +281,7 @@ def gpu_device_plugin(cluster: Cluster, upstream: Mapping[str, Any], runtime_cla
     container["volumeMounts"].append({"name": "config", "mountPath": "/config", "readOnly": True})
     pod["volumes"].append({"name": "config", "configMap": {"name": config_name}})
     if cluster.openshift:
-        objects += _openshift_privileged("nvidia-device-plugin", namespace)
+        objects += openshift_privileged("nvidia-device-plugin", namespace)
         pod["serviceAccountName"] = "nvidia-device-plugin"
     objects.append(daemonset)
     return objects
@@ -370,7 +372,7 @@ def rdma_shared_device_plugin(
     namespace = cluster.get("k8s_rdma_shared_device_plugin_namespace")
     pin = cluster.manifest["kubernetes"]["rdma_shared_dev_plugin"]
     configmap = copy.deepcopy(dict(upstream_configmap))
-    configmap["metadata"] = _meta(configmap["metadata"]["name"], namespace)
+    configmap["metadata"] = meta(configmap["metadata"]["name"], namespace)
     configmap["data"] = {"config.json": json.dumps(rdma_device_config(cluster), indent=2, sort_keys=False) + "\n"}
     daemonset = copy.deepcopy(dict(upstream_daemonset))
     daemonset["metadata"]["namespace"] = namespace
@@ -381,7 +383,7 @@ def rdma_shared_device_plugin(
     container["image"] = pin["image"]
     objects = [configmap]
     if cluster.openshift:
-        objects += _openshift_privileged("rdma-shared-device-plugin", namespace)
+        objects += openshift_privileged("rdma-shared-device-plugin", namespace)
         pod["serviceAccountName"] = "rdma-shared-device-plugin"
     return [*objects, daemonset]
 
@@ -431,8 +433,8 @@ def mpi_tenants(cluster: Cluster) -> list[dict]:
                 "pod-security.kubernetes.io/warn": "baseline",
                 "pod-security.kubernetes.io/audit": "baseline",
             }
-        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(namespace, labels=ns_labels)})
-        objects.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(service_account, namespace)})
+        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": meta(namespace, labels=ns_labels)})
+        objects.append({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(service_account, namespace)})
         rules = [
             {
                 "apiGroups": ["kubeflow.org"],
@@ -446,7 +448,7 @@ def mpi_tenants(cluster: Cluster) -> list[dict]:
                 "apiVersion": "security.openshift.io/v1",
                 "kind": "SecurityContextConstraints",
                 "metadata": {
-                    **_meta(tenant_scc_name(namespace)),
+                    **meta(tenant_scc_name(namespace)),
                     "annotations": {
                         "kubernetes.io/description": f"cloned from restricted, adds IPC_LOCK for MPI jobs in "
                         f"{namespace}"
@@ -467,7 +469,7 @@ def mpi_tenants(cluster: Cluster) -> list[dict]:
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
-                "metadata": _meta(service_account, namespace),
+                "metadata": meta(service_account, namespace),
                 "rules": rules,
             }
         )
@@ -475,7 +477,7 @@ def mpi_tenants(cluster: Cluster) -> list[dict]:
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
-                "metadata": _meta(service_account, namespace),
+                "metadata": meta(service_account, namespace),
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": service_account},
                 "subjects": [{"kind": "ServiceAccount", "name": service_account, "namespace": namespace}],
             }
@@ -547,14 +549,15 @@ def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device
     return conflicts
 
 
-def gpu_operator_values(cluster: Cluster) -> dict:
+def gpu_operator_values(cluster: Cluster, monitoring: Mapping[str, Any] | None = None) -> dict:
     """Helm values of NVIDIA's gpu-operator chart (the manifest's version) for what nodeforge installed on the
     hosts: the driver container only for nodes whose nvidia_driver_source is operator (host-driver nodes carry
     nvidia.com/gpu.deploy.driver=false, see node_labels), with nvidia-peermem (driver.rdma) and GDRCopy where the
     nodes want them and the host's RDMA stack (useHostMofed: nodeforge's ofed role installs it on every GPU node);
     never the toolkit (nodeforge's role installs it, its root pointed at the driver container's); the device
-    plugin only when nodeforge's own is off. k8s_gpu_operator_values is merged over that (e.g. a private registry),
-    and refused where it contradicts it. Empty when the GPU Operator is not used."""
+    plugin only when nodeforge's own is off; monitoring: what role k8s_gpu_monitoring needs of its exporter
+    (k8s_monitoring.operator_values). k8s_gpu_operator_values is merged over that (e.g. a private registry), and
+    refused where it contradicts it. Empty when the GPU Operator is not used."""
     if not cluster.get("k8s_gpu_operator_enabled"):
         return {}
     own = plain(cluster.get("k8s_gpu_operator_values") or {})
@@ -587,7 +590,7 @@ def gpu_operator_values(cluster: Cluster) -> dict:
         "mig": {"strategy": cluster.get("k8s_gpu_device_plugin_mig_strategy")},
         "gdrcopy": {"enabled": any(bool(n.variables.get("gpudirect_rdma_gdrcopy")) for n in on_container)},
     }
-    return model.deep_merge(values, own)
+    return model.deep_merge(model.deep_merge(values, dict(monitoring or {})), own)
 
 
 # ---- writing ---------------------------------------------------------------------------------------------------------
