@@ -33,7 +33,11 @@ NODEFORGE = str(Path(sys.executable).parent / "nodeforge")
 UPSTREAM = Path(__file__).resolve().parents[2] / "shared" / "reference" / "upstream-manifests"
 INVENTORY = REPO / "inventories" / "c4140-k8s"
 # The node labels and the device plugin only: Node x2, ConfigMap, DaemonSet, RuntimeClass.
-FEW = {"k8s_mpi_operator_enabled": False, "k8s_rdma_shared_device_plugin_enabled": False}
+FEW = {
+    "k8s_mpi_operator_enabled": False,
+    "k8s_rdma_shared_device_plugin_enabled": False,
+    "k8s_gpu_monitoring_enabled": False,
+}
 DEVICE_PLUGIN = "/apis/apps/v1/namespaces/kube-system/daemonsets/nvidia-device-plugin-daemonset"
 
 
