@@ -1,0 +1,208 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""`nodeforge k8s verify`'s judgements of a running cluster, the way the sources check one by hand (seed 001: the
+device plugin pod Running, `nvidia.com/gpu: 2` allocatable, `Test PASSED` in cuda-vector-add's log; seed 004:
+`nvidia.com/gpu: 8` and `rdma/shared_ib0..3: 100` allocatable per DGX-1, NCCL's `via NET/IB/0/GDRDMA` lines and its
+bus bandwidth).
+
+Pure functions over the Kubernetes API's objects as `kubectl get -o json` and kubernetes.core.k8s_info return them
+(Node, Pod: plain mappings), pod logs as text, and the objects nodeforge renders (module_utils/k8s_objects.py). Each
+returns check results in validate's form (acceptance.check_result: check, status, measured, expected, reason, unit),
+so that verify's reports are validate's (table, JSON, JUnit, HTML). Objects of another shape than the API's never raise:
+they fail their check, naming what was missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
+from ansible_collections.nodeforge.gpu.plugins.module_utils.acceptance import (
+    check_result,
+    evaluate_nccl_busbw,
+    evaluate_nccl_transport,
+    not_applicable,
+)
+
+GPU = "nvidia.com/gpu"
+VECTOR_ADD_PASSED = "Test PASSED"  # NVIDIA's vectorAdd sample (seed 001: `oc logs cuda-vector-add`)
+
+
+def _mapping(value: Any) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def expected_resources(cluster: k8s_objects.Cluster) -> dict[str, dict[str, int | None]]:
+    """Per GPU node (its Kubernetes name): {extended resource: how many the node must announce as allocatable}. GPUs:
+    the profile's count (nodeforge_profile_overrides included), times the replicas with time-slicing or MPS (under
+    nvidia.com/gpu.shared when renamed); None under a MIG strategy, whose count depends on the GPUs' MIG layout. RDMA:
+    each resource of the RDMA shared device plugin whose devices the node's profile has, rdmaHcaMax of each."""
+    strategy = cluster.get("k8s_gpu_device_plugin_mig_strategy")
+    sharing = cluster.get("k8s_gpu_device_plugin_sharing")
+    replicas = int(cluster.get("k8s_gpu_device_plugin_replicas")) if sharing != "none" else 1
+    gpu_name = f"{GPU}.shared" if sharing != "none" and cluster.get("k8s_gpu_device_plugin_rename_by_default") else GPU
+    groups: list[tuple[str, set[str]]] = []
+    hca_max = int(cluster.get("k8s_rdma_shared_device_plugin_rdma_hca_max"))
+    if k8s_objects.rdma_resources(cluster):
+        for entry in k8s_objects.rdma_device_config(cluster)["configList"]:
+            devices = entry.get("devices") or entry.get("selectors", {}).get("ifNames", [])
+            groups.append((f"rdma/{entry['resourceName']}", set(devices)))
+    found: dict[str, dict[str, int | None]] = {}
+    for node in cluster.nodes:
+        want: dict[str, int | None] = {}
+        if node.gpu_count:
+            want[gpu_name] = None if strategy != "none" else node.gpu_count * replicas
+        netdevs = {str(h.get("netdev")) for h in node.hcas}
+        for resource, devices in groups:
+            if devices & netdevs:
+                want[resource] = hca_max
+        found[node.name] = want
+    return found
+
+
+def _quantity(value: Any) -> int | None:
+    """An extended resource's quantity (the API writes it as a string of digits); None for anything else."""
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+    return int(text) if text.isdigit() else None
+
+
+def node_ready(node: Mapping) -> bool | None:
+    """The Node's Ready condition: True, False, or None when it reports none (Unknown: the kubelet stopped posting)."""
+    for condition in _list(_mapping(node.get("status")).get("conditions")):
+        if _mapping(condition).get("type") == "Ready":
+            status = _mapping(condition).get("status")
+            return True if status == "True" else False if status == "False" else None
+    return None
+
+
+def evaluate_node(node: Mapping | None, name: str, want: Mapping[str, int | None]) -> list[dict]:
+    """The node is registered and Ready, and announces each expected extended resource as allocatable, in the
+    expected number (a missing resource: its device plugin does not run there or found no device)."""
+    if not isinstance(node, Mapping):
+        return [check_result("node_ready", "fail", None, "Ready", f"the cluster has no Node named {name}")]
+    ready = node_ready(node)
+    reason = {True: "", False: "the Ready condition is False", None: "the Ready condition is Unknown or missing"}
+    results = [
+        check_result(
+            "node_ready", "pass" if ready else "fail", "Ready" if ready else "NotReady", "Ready", reason[ready]
+        )
+    ]
+    allocatable = _mapping(_mapping(node.get("status")).get("allocatable"))
+    for resource, count in sorted(want.items()):
+        check = f"allocatable[{resource}]"
+        if count is None:
+            results.append(not_applicable(check, "a MIG strategy is set: the count depends on the GPUs' MIG layout"))
+            continue
+        if resource not in allocatable:
+            reason = f"{name} does not announce {resource}: its device plugin does not run there or found no device"
+            results.append(check_result(check, "fail", None, count, reason))
+            continue
+        found = _quantity(allocatable[resource])
+        if found is None:
+            reason = f"allocatable {resource} is {allocatable[resource]!r}, not a whole number"
+            results.append(check_result(check, "fail", None, count, reason))
+            continue
+        reason = "" if found == count else f"{found} allocatable, the profile and settings give {count}"
+        results.append(check_result(check, "pass" if found == count else "fail", found, count, reason))
+    return results
+
+
+def _matches(labels: Mapping, selector: Mapping) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def pod_ready(pod: Mapping) -> bool:
+    """The pod's Ready condition is True (the kubelet sets it only for a running pod whose containers are ready)."""
+    conditions = [_mapping(c) for c in _list(_mapping(pod.get("status")).get("conditions"))]
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def pod_trouble(pod: Mapping) -> str:
+    """Why a pod is not ready, as `kubectl get pods` shows it: a container's waiting or terminated reason, else the
+    pod's phase."""
+    status = _mapping(pod.get("status"))
+    for container in _list(status.get("containerStatuses")):
+        state = _mapping(_mapping(container).get("state"))
+        for kind in ("waiting", "terminated"):
+            reason = _mapping(state.get(kind)).get("reason")
+            if reason:
+                return str(reason)
+    return str(status.get("phase") or "no status")
+
+
+def evaluate_workloads(
+    objects: Iterable[Mapping], pods: Iterable[Mapping], nodes: Mapping[str, Mapping]
+) -> dict[str, list[dict]]:
+    """The rendered DaemonSets and Deployments run: on every node whose labels a DaemonSet's nodeSelector selects, one
+    Ready pod of it (by its selector's labels, in its namespace); for a Deployment, its replicas Ready anywhere (under
+    the key "cluster"). Returns {node name or "cluster": checks}."""
+    pods = [_mapping(p) for p in pods]
+    found: dict[str, list[dict]] = {}
+    for obj in objects:
+        kind = obj.get("kind")
+        if kind not in ("DaemonSet", "Deployment"):
+            continue
+        meta = _mapping(obj.get("metadata"))
+        namespace, name = meta.get("namespace"), meta.get("name")
+        spec = _mapping(obj.get("spec"))
+        selector = _mapping(_mapping(spec.get("selector")).get("matchLabels"))
+        own = [
+            p
+            for p in pods
+            if _mapping(p.get("metadata")).get("namespace") == namespace
+            and _matches(_mapping(_mapping(p.get("metadata")).get("labels")), selector)
+        ]
+        if kind == "DaemonSet":
+            node_selector = _mapping(_mapping(_mapping(spec.get("template")).get("spec")).get("nodeSelector"))
+            for node_name, node in sorted(nodes.items()):
+                labels = _mapping(_mapping(node.get("metadata")).get("labels"))
+                if not _matches(labels, node_selector):
+                    continue
+                check = f"pod[{namespace}/{name}]"
+                here = [p for p in own if _mapping(p.get("spec")).get("nodeName") == node_name]
+                if any(pod_ready(p) for p in here):
+                    result = check_result(check, "pass", "Ready", "Ready")
+                elif here:
+                    trouble = ", ".join(f"{_mapping(p.get('metadata')).get('name')} {pod_trouble(p)}" for p in here)
+                    result = check_result(check, "fail", "NotReady", "Ready", f"not ready: {trouble}")
+                else:
+                    reason = (
+                        f"no pod of DaemonSet {namespace}/{name} on {node_name} (selected by {dict(node_selector)})"
+                    )
+                    result = check_result(check, "fail", None, "Ready", reason)
+                found.setdefault(node_name, []).append(result)
+        else:
+            want = int(spec.get("replicas", 1))
+            ready = sum(1 for p in own if pod_ready(p))
+            reason = "" if ready >= want else f"{ready} of {want} pods of Deployment {namespace}/{name} Ready"
+            found.setdefault("cluster", []).append(
+                check_result(
+                    f"deployment[{namespace}/{name}]", "pass" if ready >= want else "fail", ready, want, reason
+                )
+            )
+    return found
+
+
+def evaluate_vector_add(log: object, node: str) -> dict:
+    """cuda-vector-add's log on a node says `Test PASSED` (the sample prints `Test FAILED` and the wrong element
+    otherwise)."""
+    check = f"cuda_vector_add[{node}]"
+    text = log if isinstance(log, str) else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if VECTOR_ADD_PASSED in lines:
+        return check_result(check, "pass", VECTOR_ADD_PASSED, VECTOR_ADD_PASSED)
+    last = lines[-1] if lines else "(empty log)"
+    return check_result(
+        check, "fail", None, VECTOR_ADD_PASSED, f"no '{VECTOR_ADD_PASSED}' in the log; last line: {last}"
+    )
+
+
+def evaluate_nccl_job(log: object, require_gdrdma: bool, min_busbw_gbs: float | None) -> list[dict]:
+    """An NCCL all-reduce job's launcher log (NCCL_DEBUG=INFO): the transport NCCL chose and the bus bandwidth floor,
+    judged as validate judges them on a node."""
+    return [evaluate_nccl_transport(log, require_gdrdma), evaluate_nccl_busbw(log, min_busbw_gbs)]

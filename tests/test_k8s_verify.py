@@ -1,0 +1,291 @@
+"""`nodeforge k8s verify`'s judgements (module_utils/k8s_verify.py) on the outputs the sources record: a passing and a
+failing case for each check. The Node and Pod objects are the API's shape with the seeds' values
+(tests/data/k8s_verify/README.md says which lines); the logs are recorded ones."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_k8s_objects import cluster, everything
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_verify  # isort: skip
+
+DATA = REPO / "tests" / "data" / "k8s_verify"
+OUTPUTS = REPO / "tests" / "data" / "outputs" / "validate"
+
+
+def node(name: str, allocatable: dict, ready: str = "True", labels: dict | None = None) -> dict:
+    """A Node as the API returns it (v1): metadata, status.allocatable (quantities as strings), conditions."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {
+            "allocatable": {"cpu": "79500m", "memory": "527700888Ki", "pods": "250", **allocatable},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
+                {"type": "Ready", "status": ready, "reason": "KubeletReady" if ready == "True" else "KubeletNotReady"},
+            ],
+        },
+    }
+
+
+# Seed 004, lines 709-712 and 779-786: what each DGX-1 worker announces with the SRO and the RDMA shared device plugin.
+DGX1 = {"nvidia.com/gpu": "8", **{f"rdma/shared_ib{i}": "100" for i in range(4)}}
+
+
+def pod(name: str, namespace: str, labels: dict, node_name: str, ready: bool = True, waiting: str = "") -> dict:
+    state = {"waiting": {"reason": waiting}} if waiting else {"running": {"startedAt": "2018-07-12T12:29:38Z"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"nodeName": node_name},
+        "status": {
+            "phase": "Running" if ready or waiting == "CrashLoopBackOff" else "Pending",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "c", "ready": ready, "state": state}],
+        },
+    }
+
+
+def redbook_cluster(**settings) -> k8s_objects.Cluster:
+    """Seed 004's two DGX-1 workers, the RDMA resources per HCA as the Redbook names them (shared_ib0..3, devices
+    form, rdmaHcaMax 100)."""
+    return cluster(
+        "openshift",
+        "dgx-1",
+        k8s_rdma_shared_device_plugin_form="devices",
+        k8s_rdma_shared_device_plugin_grouping="per_hca",
+        k8s_rdma_shared_device_plugin_resource_prefix="shared_",
+        **settings,
+    )
+
+
+def statuses(results: list[dict]) -> dict:
+    return {r["check"]: r["status"] for r in results}
+
+
+def test_the_redbooks_dgx1_announces_what_its_profile_and_the_rdma_config_give():
+    c = redbook_cluster()
+    want = k8s_verify.expected_resources(c)
+    assert want["node-01"] == {"nvidia.com/gpu": 8, **{f"rdma/shared_ib{i}": 100 for i in range(4)}}
+    results = k8s_verify.evaluate_node(node("node-01", DGX1), "node-01", want["node-01"])
+    assert statuses(results) == {
+        "node_ready": "pass",
+        "allocatable[nvidia.com/gpu]": "pass",
+        **{f"allocatable[rdma/shared_ib{i}]": "pass" for i in range(4)},
+    }
+    gpus = next(r for r in results if r["check"] == "allocatable[nvidia.com/gpu]")
+    assert (gpus["measured"], gpus["expected"]) == (8, 8)
+
+
+def test_a_node_short_of_gpus_or_rdma_ports_or_not_ready_fails_naming_what():
+    want = k8s_verify.expected_resources(redbook_cluster())["node-01"]
+    short = {**DGX1, "nvidia.com/gpu": "7"}
+    del short["rdma/shared_ib3"]
+    results = {r["check"]: r for r in k8s_verify.evaluate_node(node("node-01", short, "Unknown"), "node-01", want)}
+    assert results["node_ready"]["status"] == "fail" and "Unknown" in results["node_ready"]["reason"]
+    assert results["allocatable[nvidia.com/gpu]"]["status"] == "fail"
+    assert results["allocatable[nvidia.com/gpu]"]["reason"] == "7 allocatable, the profile and settings give 8"
+    assert results["allocatable[rdma/shared_ib3]"]["status"] == "fail"
+    assert "does not announce rdma/shared_ib3" in results["allocatable[rdma/shared_ib3]"]["reason"]
+    assert results["allocatable[rdma/shared_ib0]"]["status"] == "pass"
+    # More than the profile holds is wrong too (a sharing setting the inventory does not know of, a wrong profile).
+    more = k8s_verify.evaluate_node(node("node-01", {**DGX1, "nvidia.com/gpu": "16"}), "node-01", want)
+    assert next(r for r in more if "gpu" in r["check"])["reason"] == "16 allocatable, the profile and settings give 8"
+    # A node the cluster does not know, and a quantity that is not a whole number.
+    [missing] = k8s_verify.evaluate_node(None, "node-09", want)
+    assert (missing["status"], missing["reason"]) == ("fail", "the cluster has no Node named node-09")
+    odd = k8s_verify.evaluate_node(node("node-01", {**DGX1, "nvidia.com/gpu": "8k"}), "node-01", want)
+    assert "'8k', not a whole number" in next(r for r in odd if "gpu" in r["check"])["reason"]
+
+
+def test_seed_001s_two_gpu_node_passes_with_its_count_and_sharing_multiplies_it():
+    nodes = {"gpu-node": {"nodeforge_profile": "dgx-1", "nodeforge_profile_overrides": {"gpu": {"count": 2}}}}
+    c = k8s_objects.cluster_from({"nodeforge_k8s_distribution": "openshift"}, nodes)
+    want = k8s_verify.expected_resources(c)["gpu-node"]
+    assert want["nvidia.com/gpu"] == 2
+    # Seed 001 lines 583-589: `Allocatable: nvidia.com/gpu: 2`.
+    checks = k8s_verify.evaluate_node(node("gpu-node", {"nvidia.com/gpu": "2"}), "gpu-node", {"nvidia.com/gpu": 2})
+    assert statuses(checks)["allocatable[nvidia.com/gpu]"] == "pass"
+    shared = k8s_objects.cluster_from(
+        {"k8s_gpu_device_plugin_sharing": "time-slicing", "k8s_gpu_device_plugin_replicas": 4}, nodes
+    )
+    assert k8s_verify.expected_resources(shared)["gpu-node"]["nvidia.com/gpu"] == 8
+    renamed = k8s_objects.cluster_from(
+        {
+            "k8s_gpu_device_plugin_sharing": "mps",
+            "k8s_gpu_device_plugin_replicas": 3,
+            "k8s_gpu_device_plugin_rename_by_default": True,
+        },
+        nodes,
+    )
+    assert k8s_verify.expected_resources(renamed)["gpu-node"] == {
+        "nvidia.com/gpu.shared": 6,
+        **{f"rdma/shared_ib{i}": 100 for i in range(4)},
+    }
+    mig = k8s_objects.cluster_from({"k8s_gpu_device_plugin_mig_strategy": "single"}, nodes)
+    [gpu] = [
+        r
+        for r in k8s_verify.evaluate_node(
+            node("gpu-node", {}), "gpu-node", k8s_verify.expected_resources(mig)["gpu-node"]
+        )
+        if "gpu" in r["check"]
+    ]
+    assert gpu["status"] == "na" and "MIG" in gpu["reason"]
+
+
+def test_rdma_resources_follow_the_grouping_and_the_devices_each_node_has():
+    assert k8s_verify.expected_resources(cluster("kubernetes", "vsphere-t4-vgpu"))["node-01"] == {
+        "nvidia.com/gpu": 1,
+        "rdma/shared_ens224": 100,
+    }
+    one = cluster(
+        "kubernetes",
+        "dgx-1",
+        k8s_rdma_shared_device_plugin_grouping="all",
+        k8s_rdma_shared_device_plugin_rdma_hca_max=16,
+    )
+    assert k8s_verify.expected_resources(one)["node-02"] == {"nvidia.com/gpu": 8, "rdma/shared_hca": 16}
+    # Explicit resources: a node has those whose devices its profile has (a mixed cluster: two DGX-1 and a Supermicro).
+    nodes = {"dgx-01": {"nodeforge_profile": "dgx-1"}, "smc-01": {"nodeforge_profile": "supermicro-4029gp-tvrt"}}
+    explicit = k8s_objects.cluster_from(
+        {
+            "k8s_rdma_shared_device_plugin_resources": [
+                {"name": "ib_all", "devices": ["ib0", "ib1", "ib2", "ib3"]},
+                {"name": "roce", "devices": ["ens1f0np0", "ens2f0np0"]},
+            ]
+        },
+        nodes,
+    )
+    want = k8s_verify.expected_resources(explicit)
+    assert want == {
+        "dgx-01": {"nvidia.com/gpu": 8, "rdma/ib_all": 100},
+        "smc-01": {"nvidia.com/gpu": 8, "rdma/roce": 100},
+    }
+    off = k8s_verify.expected_resources(redbook_cluster(k8s_rdma_shared_device_plugin_enabled=False))["node-01"]
+    assert off == {"nvidia.com/gpu": 8}
+
+
+def _rendered(c: k8s_objects.Cluster) -> list[dict]:
+    return everything(c)
+
+
+def _live_nodes(c: k8s_objects.Cluster) -> dict:
+    """The GPU nodes as the API returns them, carrying the labels nodeforge's Node objects give them."""
+    labelled = {o["metadata"]["name"]: o["metadata"]["labels"] for o in k8s_objects.node_labels(c)}
+    return {name: node(name, DGX1, labels=labels) for name, labels in labelled.items()}
+
+
+def test_every_rendered_daemonset_runs_a_ready_pod_on_every_node_it_selects():
+    c = redbook_cluster()
+    objects = _rendered(c)
+    nodes = _live_nodes(c)
+    [device_plugin] = [
+        o for o in objects if o["kind"] == "DaemonSet" and "nvidia-device-plugin" in o["metadata"]["name"]
+    ]
+    [rdma] = [o for o in objects if o["kind"] == "DaemonSet" and "rdma" in o["metadata"]["name"]]
+    pods = []
+    for name in nodes:
+        # Seed 001 lines 560-563: nvidia-device-plugin-daemonset-s9ngg, 1/1 Running (one per node here).
+        pods.append(
+            pod(
+                f"nvidia-device-plugin-daemonset-{name[-2:]}",
+                device_plugin["metadata"]["namespace"],
+                device_plugin["spec"]["selector"]["matchLabels"],
+                name,
+            )
+        )
+        pods.append(
+            pod(
+                f"rdma-shared-dp-ds-{name[-2:]}",
+                rdma["metadata"]["namespace"],
+                rdma["spec"]["selector"]["matchLabels"],
+                name,
+            )
+        )
+    operator = [o for o in objects if o["kind"] == "Deployment"]
+    for deployment in operator:
+        pods.append(
+            pod(
+                "mpi-operator-5f8d7c9b7-x2x7q",
+                deployment["metadata"]["namespace"],
+                deployment["spec"]["selector"]["matchLabels"],
+                "master-0",
+            )
+        )
+    found = k8s_verify.evaluate_workloads(objects, pods, nodes)
+    device_check = f"pod[{device_plugin['metadata']['namespace']}/{device_plugin['metadata']['name']}]"
+    for name in nodes:
+        assert statuses(found[name]) == {
+            device_check: "pass",
+            f"pod[{rdma['metadata']['namespace']}/{rdma['metadata']['name']}]": "pass",
+        }
+    assert [r["status"] for r in found["cluster"]] == ["pass"] * len(operator) and operator
+
+    # node-02's device plugin crash-loops, node-01's RDMA plugin pod is gone, the operator has no Ready pod.
+    broken = copy.deepcopy(pods)
+    for p in broken:
+        if p["metadata"]["name"] == "nvidia-device-plugin-daemonset-02":
+            p["status"]["conditions"][0]["status"] = "False"
+            p["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+        if p["metadata"]["name"].startswith("mpi-operator"):
+            p["status"]["conditions"][0]["status"] = "False"
+    broken = [p for p in broken if p["metadata"]["name"] != "rdma-shared-dp-ds-01"]
+    found = k8s_verify.evaluate_workloads(objects, broken, nodes)
+    by = {n: {r["check"]: r for r in rs} for n, rs in found.items()}
+    assert by["node-02"][device_check]["status"] == "fail"
+    assert by["node-02"][device_check]["reason"] == "not ready: nvidia-device-plugin-daemonset-02 CrashLoopBackOff"
+    rdma_check = f"pod[{rdma['metadata']['namespace']}/{rdma['metadata']['name']}]"
+    assert (
+        by["node-01"][rdma_check]["status"] == "fail" and "no pod of DaemonSet" in by["node-01"][rdma_check]["reason"]
+    )
+    assert by["node-01"][device_check]["status"] == "pass"
+    assert [r["status"] for r in found["cluster"]] == ["fail"] * len(operator)
+    assert found["cluster"][0]["reason"].startswith("0 of 1 pods of Deployment")
+
+
+def test_a_daemonset_is_not_expected_on_nodes_its_selector_leaves_out():
+    c = redbook_cluster()
+    nodes = _live_nodes(c)
+    nodes["cpu-01"] = node("cpu-01", {})  # no nvidia.com/gpu.present label: no device plugin there
+    found = k8s_verify.evaluate_workloads(_rendered(c), [], nodes)
+    assert "cpu-01" not in found
+    assert all(r["status"] == "fail" for r in found["node-01"])
+
+
+def test_the_vector_add_log_of_seed_001_passes_and_a_busy_gpu_fails():
+    passed = k8s_verify.evaluate_vector_add((DATA / "cuda-vector-add-seed001.log").read_text(), "gpu-node")
+    assert (passed["check"], passed["status"]) == ("cuda_vector_add[gpu-node]", "pass")
+    failed = k8s_verify.evaluate_vector_add((DATA / "cuda-vector-add-busy-gpu-operator-2842.log").read_text(), "n")
+    assert failed["status"] == "fail"
+    assert failed["reason"].endswith(
+        "last line: Failed to allocate device vector A (error code CUDA-capable device(s) is/are busy or unavailable)!"
+    )
+    assert k8s_verify.evaluate_vector_add("", "n")["reason"].endswith("(empty log)")
+    assert k8s_verify.evaluate_vector_add(None, "n")["status"] == "fail"
+
+
+def test_the_redbooks_nccl_log_passes_with_gdrdma_and_its_table_is_judged_against_the_floor():
+    """Seed 004's 16-GPU all_reduce_perf (peak 5.7 GB/s out of place) after its NCCL INFO lines (NET/IB, GDRDMA)."""
+    log = (OUTPUTS / "nccl-all-reduce-perf-16x1-nccl-tests-format.txt").read_text()
+    transport, busbw = k8s_verify.evaluate_nccl_job(log, require_gdrdma=True, min_busbw_gbs=5.0)
+    assert transport["status"] == "pass" and transport["measured"] == "NET/IB with GDRDMA"
+    assert (busbw["status"], busbw["measured"]) == ("pass", 5.7)
+    _, high = k8s_verify.evaluate_nccl_job(log, require_gdrdma=True, min_busbw_gbs=5.8)
+    assert high["status"] == "fail" and high["reason"].startswith("peak 5.7 GB/s")
+    tcp = "nccl-test-mpi-worker-0:30:30 [0] NCCL INFO NET/Socket : Using [0]eth0:10.128.7.148<0>\n"
+    socket, unset = k8s_verify.evaluate_nccl_job(tcp, require_gdrdma=True, min_busbw_gbs=None)
+    assert socket["status"] == "fail" and "not InfiniBand" in socket["reason"]
+    assert unset["status"] == "na"
+
+
+@pytest.mark.parametrize("junk", [None, 3, "text", [1, 2], {"status": "x"}, {"status": {"conditions": "no"}}])
+def test_objects_of_another_shape_fail_their_checks_and_never_raise(junk):
+    results = k8s_verify.evaluate_node(junk, "n", {"nvidia.com/gpu": 1})
+    assert {r["status"] for r in results} == {"fail"}
+    assert k8s_verify.evaluate_workloads([{"kind": "DaemonSet", "metadata": junk}], [junk], {"n": node("n", {})})
