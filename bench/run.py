@@ -199,6 +199,7 @@ CONNECTIONLESS_ACTIONS = frozenset(
                 "acceptance_report",
                 "k8s_objects",
                 "k8s_render",
+                "k8s_verify",
                 "resolve_settings",
                 "scale_config",
                 "validate_inventory",

@@ -294,6 +294,23 @@ def test_every_filter_plugin_documents_itself_in_yaml_that_parses():
     assert documented >= 8
 
 
+def test_every_action_plugin_documents_itself_in_yaml_that_parses():
+    """The same for the action plugins: ansible-lint reads their DOCUMENTATION (a "{a: b}" inside a description broke
+    k8s_verify's once); its module name is the file's."""
+    import ast
+
+    files = sorted((REPO / "collections/ansible_collections/nodeforge/gpu/plugins/action").glob("*.py"))
+    for path in files:
+        [doc] = [
+            node.value.value
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "DOCUMENTATION"
+        ]
+        parsed = yaml.safe_load(doc)
+        assert parsed["module"] == path.stem and parsed["short_description"], path.name
+    assert len(files) >= 7
+
+
 def test_every_nodeforge_environment_variable_the_code_reads_is_documented():
     """docs/cli-reference.md's table (docgen.ENVIRONMENT) names each NODEFORGE_* variable src/ reads."""
     import re

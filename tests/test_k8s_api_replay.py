@@ -65,6 +65,9 @@ def nodeforge(verb: str, overrides: Path, tmp: Path, *extra: str) -> subprocess.
     """`nodeforge k8s VERB --json` on the sample; the kubernetes client's discovery cache in tmp (TMPDIR)."""
     (tmp / "tmpdir").mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp / "tmpdir")}
+    # A run outside a test's state_dir (a module fixture's render) gets its own: two of them on two xdist workers in
+    # one state directory share ansible-runner's private data directory, and one's cleanup removes the other's events.
+    env.setdefault("NODEFORGE_STATE_DIR", str(tmp / "state"))
     argv = [NODEFORGE, "k8s", verb, "-i", str(INVENTORY), "-i", str(overrides), "--json", *extra]
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, cwd=tmp)
 

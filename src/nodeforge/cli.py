@@ -411,9 +411,9 @@ for _name, _verb in VERBS.items():
         _make_verb(_name, _verb)
 
 
-def _validate_options(func: Any) -> Any:
+def report_options(textfile: bool = True) -> list[Any]:
+    """The reports of a verb whose result is checks per node (validate, k8s verify)."""
     options = [
-        click.option("--perf", is_flag=True, help="Also run ib_write_bw between node pairs, NCCL and DCGM tests."),
         click.option(
             "--json",
             "json_file",
@@ -434,7 +434,12 @@ def _validate_options(func: Any) -> Any:
             "node_exporter's textfile collector.",
         ),
     ]
-    for option in reversed(options):
+    return options if textfile else options[:-1]
+
+
+def _validate_options(func: Any) -> Any:
+    perf = click.option("--perf", is_flag=True, help="Also run ib_write_bw between node pairs, NCCL and DCGM tests.")
+    for option in reversed([perf, *report_options()]):
         func = option(func)
     return ansible_options(func, json_option=False)
 
@@ -451,6 +456,22 @@ def validate(
 ) -> None:
     """Exit code: 0 when every check passed or does not apply, non-zero when a check failed or a node was not
     validated (unreachable, or the run stopped before its report)."""
+    extravars = {"validate_perf": True} if perf else {}
+    sys.exit(run_with_reports("validate", json_file, junit_file, html_file, textfile_dir, extravars, kw))
+
+
+def run_with_reports(
+    verb: str,
+    json_file: str | None,
+    junit_file: Path | None,
+    html_file: Path | None,
+    textfile_dir: Path | None,
+    extravars: dict[str, Any],
+    kw: dict[str, Any],
+    spec: Verb | None = None,
+) -> int:
+    """Run a verb whose result is checks per node (validate, k8s verify): the table, and the reports asked for (JSON,
+    JUnit, HTML, the Prometheus textfile), each refused before the run where it could not be written."""
     to_stdout = json_file == "-"
     reports = {
         "--json": Path(json_file) if json_file and not to_stdout else None,
@@ -485,8 +506,7 @@ def validate(
             report.print_json(found)
         return found["exit_code"]
 
-    extravars = {"validate_perf": True} if perf else {}
-    sys.exit(run_verb("validate", inputs, to_stdout, extravars=extravars, present=present, **kw))
+    return run_verb(verb, inputs, to_stdout, spec=spec, extravars=extravars, present=present, **kw)
 
 
 @contextlib.contextmanager

@@ -32,11 +32,15 @@ K8S_PLAYBOOK = "k8s.yml"
 RENDER = cli.Verb(K8S_PLAYBOOK, "Write every cluster object, one file each plus kustomization.yaml (for GitOps).")
 APPLY = cli.Verb(K8S_PLAYBOOK, "Apply the cluster objects server-side (field manager nodeforge) and wait for them.")
 DIFF = cli.Verb(K8S_PLAYBOOK, "Show what apply would change (server-side dry run).", check=True, diff=True)
+VERIFY = cli.Verb(
+    K8S_PLAYBOOK,
+    "Judge the running cluster, read-only: each GPU node Ready with the GPUs and RDMA resources its profile gives "
+    "allocatable, the rendered DaemonSets' pods Ready on their nodes, the Deployments' replicas Ready; reports as "
+    "validate's.",
+)
 
 
-def _k8s_options(func: Any) -> Any:
-    """The inventory, -e, vault, connection (apply and diff reach k8s_control's first host) and output options of the
-    verbs that run k8s.yml."""
+def _k8s_options_list(json_option: bool = True) -> list[Any]:
     options = [
         *cli.inventory_options(),
         click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; repeatable."),
@@ -44,7 +48,13 @@ def _k8s_options(func: Any) -> Any:
         *connection.options(),
         click.option("--json", "json_mode", is_flag=True, help="Print a machine-readable summary on stdout."),
     ]
-    for option in reversed(options):
+    return options if json_option else options[:-1]
+
+
+def _k8s_options(func: Any) -> Any:
+    """The inventory, -e, vault, connection (apply and diff reach k8s_control's first host) and output options of the
+    verbs that run k8s.yml."""
+    for option in reversed(_k8s_options_list()):
         func = option(func)
     return func
 
@@ -147,6 +157,23 @@ def register(main: click.Group) -> None:
     @_cluster_options
     def diff(kubeconfig: Path | None, context: str | None, **kw: Any) -> None:
         _run("diff", DIFF, kw, {"k8s_cluster_action": "apply", **_cluster_vars(kubeconfig, context)})
+
+    def verify(
+        kubeconfig: Path | None,
+        context: str | None,
+        json_file: str | None,
+        junit_file: Path | None,
+        html_file: Path | None,
+        **kw: Any,
+    ) -> None:
+        """Exit code: 0 when every check passed or does not apply, non-zero when one failed or the cluster could not
+        be read."""
+        extravars = {"k8s_cluster_action": "verify", **_cluster_vars(kubeconfig, context)}
+        sys.exit(cli.run_with_reports("k8s verify", json_file, junit_file, html_file, None, extravars, kw, VERIFY))
+
+    for option in reversed([*_k8s_options_list(json_option=False), *cli.report_options(textfile=False)]):
+        verify = option(verify)
+    k8s_group.command(name="verify", help=VERIFY.help)(_cluster_options(verify))
 
     @k8s_group.command(name="job")
     @click.argument("kind", type=click.Choice(k8s_jobs.KINDS))

@@ -166,6 +166,9 @@ def _message(res: dict[str, Any]) -> str:
 NOTICE_TASKS = ("Announce ", "Warn ")
 # The task of role validate whose result carries a host's acceptance check results (ansible_facts.validate_results).
 ACCEPTANCE_TASK = "Report the acceptance checks"
+# The task of role k8s_cluster whose result carries nodeforge k8s verify's checks by node
+# (ansible_facts.k8s_verify_results).
+VERIFY_TASK = "Report the cluster's checks"
 
 
 class Progress:
@@ -289,6 +292,10 @@ class Progress:
                 facts = res.get("ansible_facts") or {}
                 if task_name == ACCEPTANCE_TASK and isinstance(facts.get("validate_results"), list):
                     self.acceptance[host] = list(facts["validate_results"])
+                if task_name == VERIFY_TASK and isinstance(facts.get("k8s_verify_results"), dict):
+                    # nodeforge k8s verify: one run on the k8s_control host judges every GPU node (and the cluster).
+                    for node, checks in facts["k8s_verify_results"].items():
+                        self.acceptance[str(node)] = list(checks)
                 if isinstance(facts.get("upgrade_plan"), dict):
                     self.upgrade_plans[host] = dict(facts["upgrade_plan"])
                 if isinstance(facts.get("upgrade_record"), dict):

@@ -74,6 +74,23 @@ def _read(path: str) -> list[dict]:
         return k8s_validate.load_documents(handle.read())
 
 
+def control_variables(templar: Any, task_vars: dict) -> dict:
+    """The k8s_control host's variables the cluster layer reads (k8s_*, nodeforge_k8s_*, the manifest overrides)."""
+    names = [name for name in model.all_vars() if name.startswith(("k8s_", "nodeforge_k8s_"))]
+    names += model.manifest_override_names(task_vars)
+    return {name: templar.template(task_vars[name]) for name in names if name in task_vars}
+
+
+def cluster_of(templar: Any, task_vars: dict) -> k8s_objects.Cluster:
+    """The Cluster of the play's inventory, as the k8s_control host sees it (also action k8s_verify's)."""
+    hostvars = task_vars.get("hostvars", {})
+    nodes = {}
+    for host in task_vars.get("groups", {}).get(model.WORKER_GROUP, []):
+        variables = hostvars[host]
+        nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
+    return k8s_objects.cluster_from(control_variables(templar, task_vars), nodes)
+
+
 class ActionModule(ActionBase):
     _requires_connection = False
     TRANSFERS_FILES = False
@@ -84,18 +101,12 @@ class ActionModule(ActionBase):
         args = self._task.args
         component = args.get("component")
         files = args.get("files") or {}
-        names = [name for name in model.all_vars() if name.startswith(("k8s_", "nodeforge_k8s_"))]
-        names += model.manifest_override_names(task_vars)
-        control = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
         hostvars = task_vars.get("hostvars", {})
-        nodes = {}
-        for host in task_vars.get("groups", {}).get(model.WORKER_GROUP, []):
-            variables = hostvars[host]
-            nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
+        control = control_variables(self._templar, task_vars)
         values: dict = {}
         extra_files: dict = {}
         try:
-            cluster = k8s_objects.cluster_from(control, nodes)
+            cluster = cluster_of(self._templar, task_vars)
             if component == "node_labels":
                 objects = k8s_objects.node_labels(cluster) if cluster.get("k8s_node_labels_enabled") else []
             elif component == "gpu_device_plugin":

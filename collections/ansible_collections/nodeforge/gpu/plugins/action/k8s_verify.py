@@ -1,0 +1,87 @@
+# Copyright: nodeforge contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Judge a running cluster against what the inventory says it should run (nodeforge k8s verify), on the controller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.nodeforge.gpu.plugins.action.k8s_objects import cluster_of
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_verify
+
+DOCUMENTATION = r"""
+module: k8s_verify
+short_description: Judge the cluster's Nodes and Pods against the inventory (nodeforge k8s verify)
+description:
+  - For each GPU node of the inventory (its Kubernetes Node name), whether the cluster has it Ready and announces the
+    extended resources its hardware profile and the device plugins' settings give (nvidia.com/gpu, each RDMA shared
+    device plugin resource; module_utils/k8s_verify.py); whether every rendered DaemonSet has a Ready pod on each
+    node its nodeSelector selects, and every rendered Deployment its replicas Ready (under C(cluster)).
+  - Returns the checks as the fact C(k8s_verify_results), a mapping of each node name (and C(cluster)) to its checks in
+    validate's check form, and one line per failed check as C(msg). Never fails on a failed check; nodeforge k8s
+    verify turns them into its report and exit code.
+  - Runs on the controller; reads only what it is given (the objects kubernetes.core.k8s_info returned).
+author: nodeforge
+options:
+  objects:
+    description: The rendered objects (k8s_cluster's validated list).
+    type: list
+    elements: dict
+    required: true
+  nodes:
+    description: The cluster's Node objects.
+    type: list
+    elements: dict
+    required: true
+  pods:
+    description: The Pods of the rendered workloads' namespaces.
+    type: list
+    elements: dict
+    required: true
+attributes:
+  check_mode:
+    support: full
+"""
+
+
+class ActionModule(ActionBase):
+    _requires_connection = False
+    TRANSFERS_FILES = False
+
+    def run(self, tmp: Any = None, task_vars: dict | None = None) -> dict:
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        for name in ("objects", "nodes", "pods"):
+            if not isinstance(args.get(name), list):
+                raise AnsibleActionFail(f"k8s_verify: {name} must be a list of Kubernetes objects")
+        try:
+            cluster = cluster_of(self._templar, task_vars)
+        except k8s_objects.K8sConfigError as exc:
+            raise AnsibleActionFail(f"{task_vars.get('inventory_hostname')}: {exc}") from exc
+        objects = k8s_objects.plain(args["objects"])
+        live = {}
+        for obj in k8s_objects.plain(args["nodes"]):
+            name = (obj.get("metadata") or {}).get("name") if isinstance(obj, dict) else None
+            if name:
+                live[str(name)] = obj
+        found: dict[str, list[dict]] = {}
+        for name, want in k8s_verify.expected_resources(cluster).items():
+            found[name] = k8s_verify.evaluate_node(live.get(name), name, want)
+        gpu_nodes = {name: live[name] for name in found if name in live}
+        for name, checks in k8s_verify.evaluate_workloads(objects, k8s_objects.plain(args["pods"]), gpu_nodes).items():
+            found.setdefault(name, []).extend(checks)
+        failed = [
+            f"{name}: {c['check']}: {c['reason'] or 'expected ' + str(c['expected'])}"
+            for name, checks in sorted(found.items())
+            for c in checks
+            if c["status"] == "fail"
+        ]
+        result.update(
+            changed=False,
+            ansible_facts={"k8s_verify_results": found},
+            msg=failed or [f"{sum(len(c) for c in found.values())} checks passed or do not apply"],
+        )
+        return result

@@ -1,0 +1,129 @@
+"""`nodeforge k8s verify` end to end (CLI, ansible-runner, k8s.yml, kubernetes.core.k8s_info, action k8s_verify)
+against the replayed API server of tests/k8s_api_replay.py, on the c4140-k8s sample: the cluster's Nodes announce
+what seed 004's and seed 001's nodes announce (allocatable GPUs and RDMA resources), and the pods of the rendered
+DaemonSets and Deployments run as `kubectl get pods` shows them in seed 001. Read-only: the server sees GETs only.
+
+Marked slow: each run is a playbook with kubernetes.core modules (about 30 s)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.k8s_api_replay import ApiServer
+from tests.test_k8s_api_replay import api, nodeforge, overrides, rendered  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+# The c4140-k8s sample: two Dell C4140 (4x V100-SXM2, one EDR HCA netdev ib0).
+NODES = ("c4140-01", "c4140-02")
+ALLOCATABLE = {"cpu": "39500m", "memory": "394878856Ki", "pods": "110", "nvidia.com/gpu": "4", "rdma/shared_ib0": "100"}
+
+
+@pytest.fixture(scope="module")
+def objects(overrides, tmp_path_factory):  # noqa: F811
+    return rendered(overrides, tmp_path_factory.mktemp("render-verify"))
+
+
+def healthy(server: ApiServer, objects: list[dict]) -> None:
+    """The cluster after `nodeforge k8s apply` and the device plugins' start: each GPU node Ready, labelled by
+    nodeforge, announcing its GPUs and its HCA; one Ready pod of each DaemonSet per node, one of each Deployment."""
+    labels = {o["metadata"]["name"]: o["metadata"]["labels"] for o in objects if o["kind"] == "Node"}
+    for name in NODES:
+        node = server.cluster.objects[f"/api/v1/nodes/{name}"]
+        node["metadata"]["labels"].update(labels[name])
+        node.setdefault("status", {})["allocatable"] = dict(ALLOCATABLE)
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]
+    for workload in objects:
+        if workload["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        hosts = NODES if workload["kind"] == "DaemonSet" else ("c4140-01",)
+        for index, host in enumerate(hosts):
+            namespace, name = workload["metadata"]["namespace"], workload["metadata"]["name"]
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{name}-{'s9ngg' if index == 0 else 'x7k2p'}",
+                    "namespace": namespace,
+                    "labels": dict(workload["spec"]["selector"]["matchLabels"]),
+                },
+                "spec": {"nodeName": host, "containers": [{"name": "main", "image": "x"}]},
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "containerStatuses": [{"name": "main", "ready": True, "restartCount": 0, "state": {"running": {}}}],
+                },
+            }
+            server.cluster.objects[server.cluster.path_of(pod)] = pod
+
+
+def verify(overrides, tmp_path, kubeconfig, *extra):  # noqa: F811
+    done = nodeforge("verify", overrides, tmp_path, "--kubeconfig", str(kubeconfig), *extra)
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"no JSON report (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done, report
+
+
+def test_verify_passes_a_healthy_cluster_reading_only(overrides, tmp_path, api, objects, state_dir):  # noqa: F811
+    server, kubeconfig, token = api()
+    healthy(server, objects)
+    junit = tmp_path / "verify.xml"
+    done, report = verify(overrides, tmp_path, kubeconfig, "--junit", str(junit), "--html", str(tmp_path / "v.html"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert report["status"] == "passed" and report["exit_code"] == 0
+    assert set(report["hosts"]) == {*NODES, "cluster"}
+    for name in NODES:
+        checks = {c["check"]: c for c in report["hosts"][name]["checks"]}
+        assert checks["allocatable[nvidia.com/gpu]"]["measured"] == 4
+        assert checks["allocatable[rdma/shared_ib0]"]["measured"] == 100
+        pods = [c for c in checks if c.startswith("pod[")]
+        # The device plugin, the RDMA shared device plugin and dcgm-exporter (the sample enables monitoring).
+        assert {p.split("/")[-1] for p in pods} == {
+            "nvidia-device-plugin-daemonset]",
+            "rdma-shared-dp-ds]",
+            "dcgm-exporter]",
+        }
+        assert all(c["status"] == "pass" for c in checks.values())
+    assert [c["check"] for c in report["hosts"]["cluster"]["checks"]] == ["deployment[mpi-operator/mpi-operator]"]
+    # JUnit: one testcase per check, no failure.
+    suites = ET.parse(junit).getroot()
+    cases = suites.findall(".//testcase")
+    assert len(cases) == sum(len(h["checks"]) for h in report["hosts"].values())
+    assert not suites.findall(".//failure")
+    # Read-only: the server saw no write.
+    assert {r.method for r in server.requests} == {"GET"}
+    assert token not in done.stdout + done.stderr
+
+
+def test_verify_fails_a_node_short_of_a_gpu_and_a_crashing_exporter(overrides, tmp_path, api, objects, state_dir):  # noqa: F811
+    server, kubeconfig, _ = api()
+    healthy(server, objects)
+    server.cluster.objects["/api/v1/nodes/c4140-02"]["status"]["allocatable"]["nvidia.com/gpu"] = "3"
+    [exporter] = [
+        p
+        for path, p in server.cluster.objects.items()
+        if "/pods/dcgm-exporter-" in path and p["spec"]["nodeName"] == "c4140-01"
+    ]
+    crashed = copy.deepcopy(exporter)
+    crashed["status"]["conditions"][0]["status"] = "False"
+    crashed["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    server.cluster.objects[server.cluster.path_of(exporter)] = crashed
+    done, report = verify(overrides, tmp_path, kubeconfig)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    failed = {
+        (host, c["check"]): c["reason"]
+        for host, h in report["hosts"].items()
+        for c in h["checks"]
+        if c["status"] == "fail"
+    }
+    assert failed == {
+        ("c4140-02", "allocatable[nvidia.com/gpu]"): "3 allocatable, the profile and settings give 4",
+        ("c4140-01", "pod[gpu-monitoring/dcgm-exporter]"): f"not ready: {crashed['metadata']['name']} CrashLoopBackOff",
+    }
+    assert report["hosts"]["cluster"]["status"] == "passed"
