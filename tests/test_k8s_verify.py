@@ -192,22 +192,9 @@ def test_every_rendered_daemonset_runs_a_ready_pod_on_every_node_it_selects():
     pods = []
     for name in nodes:
         # Seed 001 lines 560-563: nvidia-device-plugin-daemonset-s9ngg, 1/1 Running (one per node here).
-        pods.append(
-            pod(
-                f"nvidia-device-plugin-daemonset-{name[-2:]}",
-                device_plugin["metadata"]["namespace"],
-                device_plugin["spec"]["selector"]["matchLabels"],
-                name,
-            )
-        )
-        pods.append(
-            pod(
-                f"rdma-shared-dp-ds-{name[-2:]}",
-                rdma["metadata"]["namespace"],
-                rdma["spec"]["selector"]["matchLabels"],
-                name,
-            )
-        )
+        for prefix, daemonset in (("nvidia-device-plugin-daemonset", device_plugin), ("rdma-shared-dp-ds", rdma)):
+            meta, selector = daemonset["metadata"], daemonset["spec"]["selector"]["matchLabels"]
+            pods.append(pod(f"{prefix}-{name[-2:]}", meta["namespace"], selector, name))
     operator = [o for o in objects if o["kind"] == "Deployment"]
     for deployment in operator:
         pods.append(
