@@ -96,7 +96,8 @@ def test_a_node_short_of_gpus_or_rdma_ports_or_not_ready_fails_naming_what():
     assert results["allocatable[rdma/shared_ib0]"]["status"] == "pass"
     # More than the profile holds is wrong too (a sharing setting the inventory does not know of, a wrong profile).
     more = k8s_verify.evaluate_node(node("node-01", {**DGX1, "nvidia.com/gpu": "16"}), "node-01", want)
-    assert next(r for r in more if "gpu" in r["check"])["reason"] == "16 allocatable, the profile and settings give 8"
+    too_many = next(r for r in more if "gpu" in r["check"])
+    assert (too_many["status"], too_many["reason"]) == ("fail", "16 allocatable, the profile and settings give 8")
     # A node the cluster does not know, and a quantity that is not a whole number.
     [missing] = k8s_verify.evaluate_node(None, "node-09", want)
     assert (missing["status"], missing["reason"]) == ("fail", "the cluster has no Node named node-09")
