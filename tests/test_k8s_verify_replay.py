@@ -93,6 +93,9 @@ def test_verify_passes_a_healthy_cluster_reading_only(overrides, tmp_path, api, 
     assert [c["check"] for c in report["hosts"]["cluster"]["checks"]] == ["deployment[mpi-operator/mpi-operator]"]
     # JUnit: one testcase per check, no failure.
     suites = ET.parse(junit).getroot()
+    assert suites.get("name") == "nodeforge k8s verify"
+    assert "<title>nodeforge k8s verify</title>" in (tmp_path / "v.html").read_text()
+    assert "k8s verify passed: 3 node(s)" in " ".join(done.stderr.split())
     cases = suites.findall(".//testcase")
     assert len(cases) == sum(len(h["checks"]) for h in report["hosts"].values())
     assert not suites.findall(".//failure")

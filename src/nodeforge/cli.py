@@ -489,13 +489,13 @@ def run_with_reports(
     def present(console: Console, result: RunResult) -> int:
         files = [path for path in reports.values() if path is not None]
         found = validate_report.payload(result, warnings=inputs.warnings, files=files)
-        validate_report.print_table(console, found)
+        validate_report.print_table(console, found, verb)
         if result.error:
             console.print(f"[red]ansible-playbook failed before reaching any host[/red]:\n{escape(result.error)}")
         texts = {
             "--json": validate_report.json_text,
-            "--junit": validate_report.junit,
-            "--html": validate_report.html_report,
+            "--junit": lambda found: validate_report.junit(found, verb),
+            "--html": lambda found: validate_report.html_report(found, verb),
             "--textfile": lambda found: validate_report.textfile(found, time.time()),
         }
         for option, path in reports.items():

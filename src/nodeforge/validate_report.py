@@ -90,8 +90,8 @@ def _measured_expected(c: dict) -> tuple[str, str]:
     return _cell(c.get("measured"), c.get("unit")), _cell(c.get("expected"), c.get("unit"))
 
 
-def print_table(console: Console, report: dict[str, Any]) -> None:
-    """One table per node: check, status, measured, expected, reason."""
+def print_table(console: Console, report: dict[str, Any], verb: str = "validate") -> None:
+    """One table per node: check, status, measured, expected, reason; then the verb's verdict."""
     for host, entry in report["hosts"].items():
         counts = entry["counts"]
         title = (
@@ -116,7 +116,7 @@ def print_table(console: Console, report: dict[str, Any]) -> None:
     status = report["status"]
     style = "green" if status == "passed" else "red"
     console.print(
-        f"[{style}]validate {status}[/]: {len(report['hosts'])} node(s); artifacts: {report['run']['artifacts']}"
+        f"[{style}]{escape(verb)} {status}[/]: {len(report['hosts'])} node(s); artifacts: {report['run']['artifacts']}"
     )
 
 
@@ -125,10 +125,10 @@ def json_text(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, sort_keys=True) + "\n"
 
 
-def junit(report: dict[str, Any]) -> str:
+def junit(report: dict[str, Any], verb: str = "validate") -> str:
     """JUnit XML: a testsuite per node, a testcase per check (classname nodeforge.validate.<node>); a failed check
     is a <failure>, a check that does not apply is <skipped> with its reason, a host without results an <error>."""
-    suites = ET.Element("testsuites", name="nodeforge validate")
+    suites = ET.Element("testsuites", name=f"nodeforge {verb}")
     totals = dict.fromkeys(("tests", "failures", "skipped", "errors"), 0)
     for host, entry in report["hosts"].items():
         counts = entry["counts"]
@@ -247,7 +247,7 @@ def _bar(measured: float, threshold: float, unit: str) -> str:
     )
 
 
-def html_report(report: dict[str, Any]) -> str:
+def html_report(report: dict[str, Any], verb: str = "validate") -> str:
     """One self-contained page: the status per node, a grid of nodes x checks, the bandwidth bars, every result."""
     esc = html.escape
     checks: list[str] = []
@@ -257,9 +257,9 @@ def html_report(report: dict[str, Any]) -> str:
                 checks.append(str(c["check"]))
     out = [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8"><title>nodeforge validate</title>',
+        '<html lang="en"><head><meta charset="utf-8"><title>nodeforge ' + esc(verb) + "</title>",
         f"<style>{_CSS}</style></head><body>",
-        f'<h1>nodeforge validate: <span class="{esc(report["status"])}">{esc(report["status"])}</span></h1>',
+        f'<h1>nodeforge {esc(verb)}: <span class="{esc(report["status"])}">{esc(report["status"])}</span></h1>',
         f"<p>{len(report['hosts'])} node(s), run {esc(str(report['run']['status']))} in "
         f"{report['run']['duration_s']} s</p>",
         "<h2>Nodes and checks</h2>",
