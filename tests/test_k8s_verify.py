@@ -8,10 +8,11 @@ import copy
 
 import pytest
 
+from nodeforge.collection import k8s_validate
 from tests.conftest import REPO
 from tests.test_k8s_objects import cluster, everything
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_verify  # isort: skip
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_jobs, k8s_objects, k8s_verify  # isort: skip
 
 DATA = REPO / "tests" / "data" / "k8s_verify"
 OUTPUTS = REPO / "tests" / "data" / "outputs" / "validate"
@@ -277,3 +278,59 @@ def test_objects_of_another_shape_fail_their_checks_and_never_raise(junk):
     results = k8s_verify.evaluate_node(junk, "n", {"nvidia.com/gpu": 1})
     assert {r["status"] for r in results} == {"fail"}
     assert k8s_verify.evaluate_workloads([{"kind": "DaemonSet", "metadata": junk}], [junk], {"n": node("n", {})})
+
+
+def _vector_add_facts(c: k8s_objects.Cluster) -> dict:
+    facts = {"distribution": c.distribution, "namespace": "ml-team", "gpus_per_node": 1, "nodes": len(c.nodes)}
+    return {**facts, "node_selector": {"nvidia.com/gpu.present": "true"}}
+
+
+def test_verify_runs_one_vector_add_pod_bound_to_each_gpu_node():
+    nodes = {
+        "node-01": {"nodeforge_profile": "dgx-1"},
+        "gpu-" + "x" * 60 + ".example.com": {"nodeforge_profile": "dgx-h100"},
+        "controller": {"nodeforge_profile": "lab"},  # no GPU: no pod
+    }
+    c = k8s_objects.cluster_from({"nodeforge_k8s_distribution": "kubernetes"}, nodes)
+    pods = k8s_verify.vector_add_pods(c, _vector_add_facts(c))
+    assert k8s_validate.validate(pods, c.k8s_version, k8s_validate.shipped_crds()) == []
+    assert [p["spec"]["nodeName"] for p in pods] == sorted(n for n in nodes if n != "controller")
+    long, short = pods
+    assert short["metadata"]["name"] == "cuda-vector-add-node-01"
+    assert len(long["metadata"]["name"]) <= 63 and long["metadata"]["name"].startswith("cuda-vector-add-")
+    assert long["metadata"]["name"] != short["metadata"]["name"]
+    [template] = k8s_jobs.build("cuda-vector-add", _vector_add_facts(c))
+    for pod in pods:
+        assert pod["metadata"]["labels"][k8s_verify.VERIFY_LABEL] == "cuda-vector-add"
+        assert pod["spec"]["restartPolicy"] == "Never"
+        assert pod["spec"]["containers"] == template["spec"]["containers"]  # the image and its 1 GPU, as k8s job has
+        assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
+
+
+def _finished(phase: str, **status) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": phase, **status}}
+
+
+def test_a_vector_add_pod_is_judged_by_how_it_ended_and_by_its_log():
+    seed = (DATA / "cuda-vector-add-seed001.log").read_text()
+    busy = (DATA / "cuda-vector-add-busy-gpu-operator-2842.log").read_text()
+    passed = k8s_verify.evaluate_vector_add_pod(_finished("Succeeded"), seed, "node-01")
+    assert (passed["check"], passed["status"]) == ("cuda_vector_add[node-01]", "pass")
+    # The kubelet's refusal of a pod bound to a node without a free GPU (its reason and message as it writes them).
+    refused = _finished(
+        "Failed",
+        reason="OutOfnvidia.com/gpu",
+        message="Pod Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 0, capacity: 0",
+    )
+    result = k8s_verify.evaluate_vector_add_pod(refused, "", "node-02")
+    assert result["status"] == "fail"
+    assert result["reason"].startswith("the kubelet refused the pod: OutOfnvidia.com/gpu (Pod Node didn't have")
+    failed = k8s_verify.evaluate_vector_add_pod(_finished("Failed"), busy, "node-02")
+    assert failed["status"] == "fail" and "busy or unavailable" in failed["reason"]
+    pulling = _finished("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ImagePullBackOff"}}}])
+    stuck = k8s_verify.evaluate_vector_add_pod(pulling, "", "node-02")
+    assert stuck["reason"] == "the pod did not finish while verify waited: ImagePullBackOff"
+    gone = k8s_verify.evaluate_vector_add_pod(None, "", "node-02")
+    assert gone["reason"] == "the pod did not finish while verify waited: no such pod"
+    # A Succeeded pod whose log lacks the line (another image) still fails.
+    assert k8s_verify.evaluate_vector_add_pod(_finished("Succeeded"), "Done\n", "n")["status"] == "fail"

@@ -14,10 +14,12 @@ they fail their check, naming what was missing.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_jobs, k8s_objects
 from ansible_collections.nodeforge.gpu.plugins.module_utils.acceptance import (
     check_result,
     evaluate_nccl_busbw,
@@ -26,6 +28,7 @@ from ansible_collections.nodeforge.gpu.plugins.module_utils.acceptance import (
 )
 
 GPU = "nvidia.com/gpu"
+VERIFY_LABEL = "nodeforge.io/verify"  # on the pods verify runs (and deletes), so that they can be found and removed
 VECTOR_ADD_PASSED = "Test PASSED"  # NVIDIA's vectorAdd sample (seed 001: `oc logs cuda-vector-add`)
 
 
@@ -206,3 +209,42 @@ def evaluate_nccl_job(log: object, require_gdrdma: bool, min_busbw_gbs: float | 
     """An NCCL all-reduce job's launcher log (NCCL_DEBUG=INFO): the transport NCCL chose and the bus bandwidth floor,
     judged as validate judges them on a node."""
     return [evaluate_nccl_transport(log, require_gdrdma), evaluate_nccl_busbw(log, min_busbw_gbs)]
+
+
+def vector_add_pods(cluster: k8s_objects.Cluster, facts: Mapping[str, Any]) -> list[dict]:
+    """One cuda-vector-add Pod per GPU node (`nodeforge k8s job cuda-vector-add`'s, facts as k8s_jobs.build takes
+    them), bound to the node by spec.nodeName: the scheduler is bypassed, so a node whose device plugin announces no
+    free GPU is named by the kubelet's refusal (OutOfnvidia.com/gpu) instead of the pod waiting for another node."""
+    [template] = k8s_jobs.build("cuda-vector-add", facts)
+    pods = []
+    for node in sorted(cluster.nodes, key=lambda n: n.name):
+        if not node.gpu_count:
+            continue
+        pod = copy.deepcopy(template)
+        name = f"cuda-vector-add-{node.name}"
+        if len(name) > 63:  # a readable name where it fits a DNS label; a digest of the node's name where not
+            name = f"cuda-vector-add-{hashlib.sha256(node.name.encode()).hexdigest()[:12]}"
+        pod["metadata"]["name"] = name.replace(".", "-")
+        pod["metadata"]["labels"][VERIFY_LABEL] = "cuda-vector-add"
+        pod["spec"]["nodeName"] = node.name
+        pod["spec"]["restartPolicy"] = "Never"  # one run: a failure is the verdict, not a reason to try again
+        pods.append(pod)
+    return pods
+
+
+def evaluate_vector_add_pod(pod: Mapping | None, log: object, node: str) -> dict:
+    """A verify run's cuda-vector-add pod on node: Succeeded with `Test PASSED` in its log passes; a pod the kubelet
+    refused (phase Failed with a reason such as OutOfnvidia.com/gpu), one that never ran to its end, or a log without
+    the line fails, saying which."""
+    check = f"cuda_vector_add[{node}]"
+    status = _mapping(_mapping(pod).get("status"))
+    phase = status.get("phase")
+    if phase == "Failed" and status.get("reason"):
+        message = f" ({status['message']})" if status.get("message") else ""
+        reason = f"the kubelet refused the pod: {status['reason']}{message}"
+        return check_result(check, "fail", None, VECTOR_ADD_PASSED, reason)
+    if phase not in ("Succeeded", "Failed"):
+        trouble = pod_trouble(_mapping(pod)) if isinstance(pod, Mapping) else "no such pod"
+        reason = f"the pod did not finish while verify waited: {trouble}"
+        return check_result(check, "fail", None, VECTOR_ADD_PASSED, reason)
+    return evaluate_vector_add(log, node)
