@@ -194,6 +194,9 @@ class Cluster:
         self.users = users  # bearer token -> user name
         self.deny = deny or []
         self.revision = int(seed["resourceVersion"])
+        # What a pod bound to a node ends as, for the pods tests run (nodeforge k8s verify's): node name -> (its
+        # status, its log). A pod of a node not listed stays Pending, as one whose image never arrives.
+        self.pod_outcomes: dict[str, tuple[dict, str]] = {}
         self.objects: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.resources: dict[tuple[str, str], dict] = {}  # (group version, plural) -> its APIResource
@@ -279,10 +282,15 @@ class Cluster:
             group_version = path.removeprefix("/api/").removeprefix("/apis/")
             if path.startswith(("/api/", "/apis/")) and group_version in self.discovery["resources"]:
                 return 200, self.discovery["resources"][group_version]
+        if request.method == "GET" and path.endswith("/log") and path.startswith("/api/v1/namespaces/"):
+            pod = self.objects.get(path.removesuffix("/log"))
+            if pod is None:
+                return self.status("not_found", **self._route(path.removesuffix("/log")))
+            return 200, self.pod_outcomes.get(pod["spec"].get("nodeName"), ({}, ""))[1]
         route = self._route(path)
         if route is None:
             return 404, self._not_found_path()
-        verb = {"GET": "get" if route["name"] else "list", "PATCH": "patch"}.get(request.method)
+        verb = {"GET": "get" if route["name"] else "list", "PATCH": "patch", "DELETE": "delete"}.get(request.method)
         if verb is None:
             return 405, self._not_found_path() | {"code": 405, "reason": "MethodNotAllowed"}
         for rule in self.deny:
@@ -299,6 +307,11 @@ class Cluster:
                 if obj is None:
                     return self.status("not_found", **route)
                 return 200, self._reconcile(path, obj)
+            if verb == "delete":
+                obj = self.objects.pop(path, None)
+                if obj is None:
+                    return self.status("not_found", **route)
+                return 200, obj
             return self._apply(path, route, request)
 
     def _not_found_path(self) -> dict:
@@ -316,6 +329,11 @@ class Cluster:
     def _list(self, route: dict) -> dict:
         resource = self.resources[(route["group_version"], route["plural"])]
         items = [obj for path, obj in sorted(self.objects.items()) if path.startswith(route["collection"] + "/")]
+        for pod in items:
+            # A test's pod bound to a node ends as pod_outcomes says, once read (the kubelet has run it).
+            outcome = self.pod_outcomes.get(pod.get("spec", {}).get("nodeName")) if pod["kind"] == "Pod" else None
+            if outcome and "phase" not in pod.get("status", {}):
+                pod["status"] = copy.deepcopy(outcome[0])
         return {
             "kind": f"{resource['kind']}List",
             "apiVersion": route["group_version"],
@@ -564,11 +582,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         )
         self.server.requests.append(request)
         code, answer = self.server.cluster.handle(request)
-        data = json.dumps(answer, separators=(",", ":")).encode()
+        # A pod's log is plain text (GET .../pods/NAME/log); everything else is a JSON object.
+        text = isinstance(answer, str)
+        data = answer.encode() if text else json.dumps(answer, separators=(",", ":")).encode()
         self.send_response(code)
         self.send_header("Audit-Id", str(uuid.uuid4()))
         self.send_header("Cache-Control", "no-cache, private")
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -1,7 +1,9 @@
-"""`nodeforge k8s verify` end to end (CLI, ansible-runner, k8s.yml, kubernetes.core.k8s_info, action k8s_verify)
-against the replayed API server of tests/k8s_api_replay.py, on the c4140-k8s sample: the cluster's Nodes announce
-what seed 004's and seed 001's nodes announce (allocatable GPUs and RDMA resources), and the pods of the rendered
-DaemonSets and Deployments run as `kubectl get pods` shows them in seed 001. Read-only: the server sees GETs only.
+"""`nodeforge k8s verify` end to end (CLI, ansible-runner, k8s.yml, kubernetes.core, action k8s_verify) against the
+replayed API server of tests/k8s_api_replay.py, on the c4140-k8s sample: the cluster's Nodes announce what seed 004's
+and seed 001's nodes announce (allocatable GPUs and RDMA resources), the pods of the rendered DaemonSets and
+Deployments run as `kubectl get pods` shows them in seed 001, and the cuda-vector-add pods verify starts end as seed
+001's did (its log verbatim). verify writes nothing but its own pods, and deletes them; with --no-jobs the server sees
+GETs only.
 
 Marked slow: each run is a playbook with kubernetes.core modules (about 30 s)."""
 
@@ -10,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,13 @@ from tests.test_k8s_api_replay import api, nodeforge, overrides, rendered  # noq
 
 pytestmark = pytest.mark.slow
 
+SEED_LOG = (Path(__file__).parent / "data" / "k8s_verify" / "cuda-vector-add-seed001.log").read_text()
+# How a cuda-vector-add pod ends when its GPU computed the sum (the kubelet's status of a pod that exited 0).
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+    "containerStatuses": [{"name": "cuda-vector-add", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+}
 # The c4140-k8s sample: two Dell C4140 (4x V100-SXM2, one EDR HCA netdev ib0).
 NODES = ("c4140-01", "c4140-02")
 ALLOCATABLE = {"cpu": "39500m", "memory": "394878856Ki", "pods": "110", "nvidia.com/gpu": "4", "rdma/shared_ib0": "100"}
@@ -70,9 +80,10 @@ def verify(overrides, tmp_path, kubeconfig, *extra):  # noqa: F811
     return done, report
 
 
-def test_verify_passes_a_healthy_cluster_reading_only(overrides, tmp_path, api, objects, state_dir):  # noqa: F811
+def test_verify_passes_a_healthy_cluster_and_removes_its_pods(overrides, tmp_path, api, objects, state_dir):  # noqa: F811
     server, kubeconfig, token = api()
     healthy(server, objects)
+    server.cluster.pod_outcomes = {name: (SUCCEEDED, SEED_LOG) for name in NODES}
     junit = tmp_path / "verify.xml"
     done, report = verify(overrides, tmp_path, kubeconfig, "--junit", str(junit), "--html", str(tmp_path / "v.html"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -82,6 +93,7 @@ def test_verify_passes_a_healthy_cluster_reading_only(overrides, tmp_path, api, 
         checks = {c["check"]: c for c in report["hosts"][name]["checks"]}
         assert checks["allocatable[nvidia.com/gpu]"]["measured"] == 4
         assert checks["allocatable[rdma/shared_ib0]"]["measured"] == 100
+        assert checks[f"cuda_vector_add[{name}]"]["measured"] == "Test PASSED"
         pods = [c for c in checks if c.startswith("pod[")]
         # The device plugin, the RDMA shared device plugin and dcgm-exporter (the sample enables monitoring).
         assert {p.split("/")[-1] for p in pods} == {
@@ -99,12 +111,22 @@ def test_verify_passes_a_healthy_cluster_reading_only(overrides, tmp_path, api, 
     cases = suites.findall(".//testcase")
     assert len(cases) == sum(len(h["checks"]) for h in report["hosts"].values())
     assert not suites.findall(".//failure")
-    # Read-only: the server saw no write.
-    assert {r.method for r in server.requests} == {"GET"}
+    # It wrote nothing but its own pods, one per GPU node in the first tenant's namespace, and deleted each.
+    pods = {f"/api/v1/namespaces/ml-team/pods/cuda-vector-add-{name}" for name in NODES}
+    assert {r.path for r in server.requests if r.method == "PATCH"} == pods
+    assert {r.path for r in server.requests if r.method == "DELETE"} == pods
+    assert {r.method for r in server.requests} == {"GET", "PATCH", "DELETE"}
+    assert not pods & set(server.cluster.objects)
     assert token not in done.stdout + done.stderr
 
 
-def test_verify_fails_a_node_short_of_a_gpu_and_a_crashing_exporter(overrides, tmp_path, api, objects, state_dir):  # noqa: F811
+def test_verify_no_jobs_fails_a_node_short_of_a_gpu_and_a_crashing_exporter(
+    overrides,  # noqa: F811
+    tmp_path,
+    api,  # noqa: F811
+    objects,
+    state_dir,
+):
     server, kubeconfig, _ = api()
     healthy(server, objects)
     server.cluster.objects["/api/v1/nodes/c4140-02"]["status"]["allocatable"]["nvidia.com/gpu"] = "3"
@@ -117,8 +139,9 @@ def test_verify_fails_a_node_short_of_a_gpu_and_a_crashing_exporter(overrides, t
     crashed["status"]["conditions"][0]["status"] = "False"
     crashed["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
     server.cluster.objects[server.cluster.path_of(exporter)] = crashed
-    done, report = verify(overrides, tmp_path, kubeconfig)
+    done, report = verify(overrides, tmp_path, kubeconfig, "--no-jobs")
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {r.method for r in server.requests} == {"GET"}  # --no-jobs: read-only
     failed = {
         (host, c["check"]): c["reason"]
         for host, h in report["hosts"].items()

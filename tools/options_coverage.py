@@ -74,6 +74,8 @@ CLI_FLAGS = (
     Flag("k8s.py", ("k8s",), "--context", "k8s_cluster_context"),
     Flag("k8s.py", ("k8s", "apply"), None, "k8s_cluster_action", "apply"),
     Flag("k8s.py", ("k8s", "diff"), None, "k8s_cluster_action", "apply"),
+    # tests/test_k8s_verify_replay.py runs `nodeforge k8s verify` through a helper whose argv starts with "verify".
+    Flag("k8s.py", ("verify",), "--no-jobs", "k8s_cluster_verify_jobs", False),
     Flag("cli.py", ("validate",), "--perf", "validate_perf", True),
 )
 

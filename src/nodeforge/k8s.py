@@ -34,9 +34,9 @@ APPLY = cli.Verb(K8S_PLAYBOOK, "Apply the cluster objects server-side (field man
 DIFF = cli.Verb(K8S_PLAYBOOK, "Show what apply would change (server-side dry run).", check=True, diff=True)
 VERIFY = cli.Verb(
     K8S_PLAYBOOK,
-    "Judge the running cluster, read-only: each GPU node Ready with the GPUs and RDMA resources its profile gives "
-    "allocatable, the rendered DaemonSets' pods Ready on their nodes, the Deployments' replicas Ready; reports as "
-    "validate's.",
+    "Judge the running cluster: each GPU node Ready with the GPUs and RDMA resources its profile gives allocatable, "
+    "the rendered DaemonSets' pods Ready on their nodes, the Deployments' replicas Ready, cuda-vector-add passing on "
+    "each GPU node (its pods deleted after); reports as validate's.",
 )
 
 
@@ -161,6 +161,7 @@ def register(main: click.Group) -> None:
     def verify(
         kubeconfig: Path | None,
         context: str | None,
+        no_jobs: bool,
         json_file: str | None,
         junit_file: Path | None,
         html_file: Path | None,
@@ -169,9 +170,16 @@ def register(main: click.Group) -> None:
         """Exit code: 0 when every check passed or does not apply, non-zero when one failed or the cluster could not
         be read."""
         extravars = {"k8s_cluster_action": "verify", **_cluster_vars(kubeconfig, context)}
+        if no_jobs:
+            extravars["k8s_cluster_verify_jobs"] = False
         sys.exit(cli.run_with_reports("k8s verify", json_file, junit_file, html_file, None, extravars, kw, VERIFY))
 
-    for option in reversed([*_k8s_options_list(json_option=False), *cli.report_options(textfile=False)]):
+    no_jobs = click.option(
+        "--no-jobs",
+        is_flag=True,
+        help="Read only: do not run cuda-vector-add on the GPU nodes (k8s_cluster_verify_jobs false).",
+    )
+    for option in reversed([*_k8s_options_list(json_option=False), no_jobs, *cli.report_options(textfile=False)]):
         verify = option(verify)
     k8s_group.command(name="verify", help=VERIFY.help)(_cluster_options(verify))
 
@@ -202,7 +210,7 @@ def register(main: click.Group) -> None:
         # Warnings and problems on stderr: stdout is the YAML stream (or the JSON document).
         cli.validate_or_exit(Console(stderr=True, highlight=False), inputs, json_mode)
         cluster = _cluster(inputs)
-        facts = job_facts(cluster, namespace, nodes, nccl_mode)
+        facts = k8s_jobs.cluster_facts(cluster, namespace, nodes, nccl_mode)
         try:
             objects = k8s_jobs.build(kind, facts)
         except ValueError as exc:
@@ -420,22 +428,6 @@ def _cluster(inputs: cli.Inputs) -> k8s_objects.Cluster:
         return k8s_objects.cluster_from(control_vars, nodes)
     except k8s_objects.K8sConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-
-
-def job_facts(cluster: k8s_objects.Cluster, namespace: str | None, nodes: int | None, nccl_mode: str | None) -> dict:
-    """What k8s_jobs.build needs to know of the cluster (module_utils/k8s_jobs.py: the keys it reads)."""
-    tenants = cluster.get("k8s_mpi_operator_tenants") or []
-    gpus = [n.gpu_count for n in cluster.nodes if n.gpu_count]
-    return {
-        "distribution": cluster.distribution,
-        "namespace": namespace or (tenants[0] if tenants else "default"),
-        "service_account": cluster.get("k8s_mpi_operator_service_account"),
-        "gpus_per_node": min(gpus) if gpus else 1,
-        "nodes": nodes or len(cluster.nodes),
-        "rdma_resources": k8s_objects.rdma_resources(cluster),
-        "node_selector": dict(cluster.get("k8s_gpu_device_plugin_node_selector") or {k8s_objects.GPU_PRESENT: "true"}),
-        "nccl_mode": nccl_mode,
-    }
 
 
 def _emit(

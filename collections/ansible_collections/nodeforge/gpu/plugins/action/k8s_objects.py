@@ -9,10 +9,12 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (
+    k8s_jobs,
     k8s_monitoring,
     k8s_objects,
     k8s_scale,
     k8s_validate,
+    k8s_verify,
     model,
 )
 
@@ -33,7 +35,7 @@ options:
     type: str
     required: true
     choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, gpu_monitoring,
-              scale_csi, scale_csi_secrets, pins]
+              scale_csi, scale_csi_secrets, pins, verify_jobs]
   files:
     description: Paths on the controller of the upstream objects the component builds on (per component).
     type: dict
@@ -119,6 +121,9 @@ class ActionModule(ActionBase):
                 objects = k8s_objects.rdma_shared_device_plugin(cluster, daemonset, configmap)
             elif component == "pins":
                 objects = []
+            elif component == "verify_jobs":
+                # nodeforge k8s verify's cuda-vector-add pods, one per GPU node, in the first tenant's namespace.
+                objects = k8s_verify.vector_add_pods(cluster, k8s_jobs.cluster_facts(cluster))
             elif component == "gpu_operator":
                 objects = []
                 values = k8s_objects.gpu_operator_values(cluster, k8s_monitoring.operator_values(cluster))

@@ -40,6 +40,20 @@ options:
     type: list
     elements: dict
     required: true
+  jobs:
+    description: The acceptance pods verify ran (component verify_jobs of nodeforge.gpu.k8s_objects), each judged.
+    type: list
+    elements: dict
+    default: []
+  job_pods:
+    description: Those pods as the cluster returned them once they finished (or verify stopped waiting).
+    type: list
+    elements: dict
+    default: []
+  job_logs:
+    description: Their logs, a mapping of pod name to log text.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -73,6 +87,15 @@ class ActionModule(ActionBase):
         gpu_nodes = {name: live[name] for name in found if name in live}
         for name, checks in k8s_verify.evaluate_workloads(objects, k8s_objects.plain(args["pods"]), gpu_nodes).items():
             found.setdefault(name, []).extend(checks)
+        finished = {}
+        for obj in k8s_objects.plain(args.get("job_pods") or []):
+            if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
+                finished[obj["metadata"].get("name")] = obj
+        logs = k8s_objects.plain(args.get("job_logs") or {})
+        for job in k8s_objects.plain(args.get("jobs") or []):
+            name, node = job["metadata"]["name"], job["spec"]["nodeName"]
+            judged = k8s_verify.evaluate_vector_add_pod(finished.get(name), logs.get(name), node)
+            found.setdefault(node, []).append(judged)
         failed = [
             f"{name}: {c['check']}: {c['reason'] or 'expected ' + str(c['expected'])}"
             for name, checks in sorted(found.items())

@@ -27,6 +27,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
+
 KINDS = ("cuda-vector-add", "ib-write-bw", "nccl", "mpijob")
 NCCL_MODES = ("tcp", "ib", "ib+gdr")
 DISTRIBUTIONS = ("kubernetes", "openshift")
@@ -402,6 +404,26 @@ def _training(facts: Mapping[str, Any]) -> list[dict]:
         f"{' '.join(PLACEHOLDER_TRAINING_COMMAND)} at the end of the Launcher's command (mpirun's options stay)"
     )
     return [_mpijob(facts, "mpi-training", list(PLACEHOLDER_TRAINING_COMMAND), {"cleanPodPolicy": "Running"}, expect)]
+
+
+def cluster_facts(
+    cluster: Any, namespace: str | None = None, nodes: int | None = None, nccl_mode: str | None = None
+) -> dict:
+    """What build needs to know of a k8s_objects.Cluster (the keys _facts reads): the tenant namespace (the first of
+    k8s_mpi_operator_tenants unless given), its ServiceAccount, GPUs per node, nodes, RDMA resources, the GPU nodes'
+    selector. The same for `nodeforge k8s job` and `nodeforge k8s verify`."""
+    tenants = cluster.get("k8s_mpi_operator_tenants") or []
+    gpus = [n.gpu_count for n in cluster.nodes if n.gpu_count]
+    return {
+        "distribution": cluster.distribution,
+        "namespace": namespace or (tenants[0] if tenants else "default"),
+        "service_account": cluster.get("k8s_mpi_operator_service_account"),
+        "gpus_per_node": min(gpus) if gpus else 1,
+        "nodes": nodes or len(cluster.nodes),
+        "rdma_resources": k8s_objects.rdma_resources(cluster),
+        "node_selector": dict(cluster.get("k8s_gpu_device_plugin_node_selector") or {k8s_objects.GPU_PRESENT: "true"}),
+        "nccl_mode": nccl_mode,
+    }
 
 
 _BUILDERS = {"cuda-vector-add": _cuda_vector_add, "ib-write-bw": _ib_write_bw, "nccl": _nccl, "mpijob": _training}
