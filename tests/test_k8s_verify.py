@@ -330,6 +330,8 @@ def test_a_vector_add_pod_is_judged_by_how_it_ended_and_by_its_log():
     pulling = _finished("Pending", containerStatuses=[{"state": {"waiting": {"reason": "ImagePullBackOff"}}}])
     stuck = k8s_verify.evaluate_vector_add_pod(pulling, "", "node-02")
     assert stuck["reason"] == "the pod did not finish while verify waited: ImagePullBackOff"
+    forbidden = k8s_verify.evaluate_vector_add_pod(None, "", "node-02", 'pods "cuda-vector-add-node-02" is forbidden')
+    assert forbidden["reason"] == 'the API server refused the pod: pods "cuda-vector-add-node-02" is forbidden'
     gone = k8s_verify.evaluate_vector_add_pod(None, "", "node-02")
     assert gone["reason"] == "the pod did not finish while verify waited: no such pod"
     # A Succeeded pod whose log lacks the line (another image) still fails.

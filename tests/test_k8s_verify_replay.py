@@ -153,3 +153,31 @@ def test_verify_no_jobs_fails_a_node_short_of_a_gpu_and_a_crashing_exporter(
         ("c4140-01", "pod[gpu-monitoring/dcgm-exporter]"): f"not ready: {crashed['metadata']['name']} CrashLoopBackOff",
     }
     assert report["hosts"]["cluster"]["status"] == "passed"
+
+
+def test_a_pod_the_api_server_refuses_fails_its_node_check_and_the_rest_is_still_judged(
+    overrides,  # noqa: F811
+    tmp_path,
+    api,  # noqa: F811
+    objects,
+    state_dir,
+):
+    """A CI account whose RBAC denies creating pods in the tenant namespace: each node's cuda_vector_add fails with
+    the API server's refusal; the node and workload checks are still made and pass."""
+    server, kubeconfig, _ = api(
+        "ci-deployer", deny=[{"verb": "patch", "group": "", "resource": "pods", "namespace": "ml-team"}]
+    )
+    healthy(server, objects)
+    server.cluster.pod_outcomes = {name: (SUCCEEDED, SEED_LOG) for name in NODES}
+    done, report = verify(overrides, tmp_path, kubeconfig)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    failed = {
+        (h, c["check"]): c["reason"] for h, e in report["hosts"].items() for c in e["checks"] if c["status"] == "fail"
+    }
+    assert set(failed) == {(name, f"cuda_vector_add[{name}]") for name in NODES}
+    for name in NODES:
+        reason = failed[(name, f"cuda_vector_add[{name}]")]
+        assert reason.startswith("the API server refused the pod: ") and "forbidden" in reason, reason
+        assert report["hosts"][name]["counts"] == {"pass": 6, "fail": 1, "na": 0, "error": 0}
+    assert report["hosts"]["cluster"]["status"] == "passed"
+    assert not [r for r in server.requests if r.method == "DELETE"]  # nothing was created, nothing to delete

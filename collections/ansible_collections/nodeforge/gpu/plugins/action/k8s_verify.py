@@ -54,6 +54,10 @@ options:
     description: Their logs, a mapping of pod name to log text.
     type: dict
     default: {}
+  job_errors:
+    description: The pods the API server refused to create, a mapping of pod name to its message.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -92,9 +96,10 @@ class ActionModule(ActionBase):
             if isinstance(obj, dict) and isinstance(obj.get("metadata"), dict):
                 finished[obj["metadata"].get("name")] = obj
         logs = k8s_objects.plain(args.get("job_logs") or {})
+        errors = k8s_objects.plain(args.get("job_errors") or {})
         for job in k8s_objects.plain(args.get("jobs") or []):
             name, node = job["metadata"]["name"], job["spec"]["nodeName"]
-            judged = k8s_verify.evaluate_vector_add_pod(finished.get(name), logs.get(name), node)
+            judged = k8s_verify.evaluate_vector_add_pod(finished.get(name), logs.get(name), node, errors.get(name))
             found.setdefault(node, []).append(judged)
         failed = [
             f"{name}: {c['check']}: {c['reason'] or 'expected ' + str(c['expected'])}"

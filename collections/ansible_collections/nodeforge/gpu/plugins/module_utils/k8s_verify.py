@@ -232,11 +232,13 @@ def vector_add_pods(cluster: k8s_objects.Cluster, facts: Mapping[str, Any]) -> l
     return pods
 
 
-def evaluate_vector_add_pod(pod: Mapping | None, log: object, node: str) -> dict:
-    """A verify run's cuda-vector-add pod on node: Succeeded with `Test PASSED` in its log passes; a pod the kubelet
-    refused (phase Failed with a reason such as OutOfnvidia.com/gpu), one that never ran to its end, or a log without
-    the line fails, saying which."""
+def evaluate_vector_add_pod(pod: Mapping | None, log: object, node: str, refused: str | None = None) -> dict:
+    """A verify run's cuda-vector-add pod on node: Succeeded with `Test PASSED` in its log passes; a pod the API server
+    refused to create (refused: its message), one the kubelet refused (phase Failed with a reason such as
+    OutOfnvidia.com/gpu), one that never ran to its end, or a log without the line fails, saying which."""
     check = f"cuda_vector_add[{node}]"
+    if refused:
+        return check_result(check, "fail", None, VECTOR_ADD_PASSED, f"the API server refused the pod: {refused}")
     status = _mapping(_mapping(pod).get("status"))
     phase = status.get("phase")
     if phase == "Failed" and status.get("reason"):
