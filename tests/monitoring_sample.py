@@ -62,6 +62,16 @@ def read(path: Path = RECORDING) -> list[Sample]:
     return samples
 
 
+def helps(counters: str) -> dict:
+    """Each exported field's help text in a dcgm-exporter counters file (field, type, help per line; '#' comments)."""
+    found = {}
+    for row in counters.splitlines():
+        cells = [cell.strip() for cell in row.split(",", 2)]
+        if len(cells) == 3 and not cells[0].startswith("#"):
+            found[cells[0]] = cells[2]
+    return found
+
+
 def series_labels(sample: Sample) -> dict:
     """The labels a series of this sample has in Prometheus: the exporter's, and job, instance and node."""
     return {**sample.labels, "job": JOB, "instance": INSTANCE, "node": NODE}

@@ -681,11 +681,7 @@ def test_the_recorded_sample_is_valid_openmetrics_prometheus_backfills(tmp_path,
     from prometheus_client.parser import text_string_to_metric_families
 
     samples = monitoring_sample.read()
-    helps = {}
-    for row in PINNED_COUNTERS.splitlines():
-        cells = [c_.strip() for c_ in row.split(",", 2)]
-        if len(cells) == 3 and not cells[0].startswith("#"):
-            helps[cells[0]] = cells[2]
+    helps = monitoring_sample.helps(PINNED_COUNTERS)
     path = tmp_path / "h200.om"
     path.write_text(monitoring_sample.openmetrics(samples, helps))
     run = subprocess.run(

@@ -28,20 +28,15 @@ TEXTFILE = REPO / "docs" / "gpu-validate" / "nodeforge-validate-h200.prom"
 UNITS = {"percent": "%", "mbytes": "MiB", "celsius": "°C", "watt": "W"}
 
 
-def helps() -> dict:
-    pinned = (REPO / "roles" / "k8s_gpu_monitoring" / "files" / "upstream" / "default-counters.csv").read_text()
-    found = {}
-    for row in pinned.splitlines():
-        cells = [c.strip() for c in row.split(",", 2)]
-        if len(cells) == 3 and not cells[0].startswith("#"):
-            found[cells[0]] = cells[2]
-    return found
+PINNED_COUNTERS = REPO / "roles" / "k8s_gpu_monitoring" / "files" / "upstream" / "default-counters.csv"
 
 
 def main() -> int:
     samples = monitoring_sample.read()
     if "--exposition" in sys.argv[1:]:
-        sys.stdout.write(monitoring_sample.exposition(samples[50], helps()))
+        sys.stdout.write(
+            monitoring_sample.exposition(samples[50], monitoring_sample.helps(PINNED_COUNTERS.read_text()))
+        )
         return 0
     import matplotlib
 

@@ -83,14 +83,15 @@ def control_variables(templar: Any, task_vars: dict) -> dict:
     return {name: templar.template(task_vars[name]) for name in names if name in task_vars}
 
 
-def cluster_of(templar: Any, task_vars: dict) -> k8s_objects.Cluster:
-    """The Cluster of the play's inventory, as the k8s_control host sees it (also action k8s_verify's)."""
+def cluster_of(task_vars: dict, control: dict) -> k8s_objects.Cluster:
+    """The Cluster of the play's inventory, as the k8s_control host sees it (control: its control_variables), also
+    action k8s_verify's."""
     hostvars = task_vars.get("hostvars", {})
     nodes = {}
     for host in task_vars.get("groups", {}).get(model.WORKER_GROUP, []):
         variables = hostvars[host]
         nodes[host] = {name: variables.get(name) for name in k8s_objects.NODE_VARIABLES if name in variables}
-    return k8s_objects.cluster_from(control_variables(templar, task_vars), nodes)
+    return k8s_objects.cluster_from(control, nodes)
 
 
 class ActionModule(ActionBase):
@@ -108,7 +109,7 @@ class ActionModule(ActionBase):
         values: dict = {}
         extra_files: dict = {}
         try:
-            cluster = cluster_of(self._templar, task_vars)
+            cluster = cluster_of(task_vars, control)
             if component == "node_labels":
                 objects = k8s_objects.node_labels(cluster) if cluster.get("k8s_node_labels_enabled") else []
             elif component == "gpu_device_plugin":

@@ -8,7 +8,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
-from ansible_collections.nodeforge.gpu.plugins.action.k8s_objects import cluster_of
+from ansible_collections.nodeforge.gpu.plugins.action.k8s_objects import cluster_of, control_variables
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_verify
 
 DOCUMENTATION = r"""
@@ -76,7 +76,7 @@ class ActionModule(ActionBase):
             if not isinstance(args.get(name), list):
                 raise AnsibleActionFail(f"k8s_verify: {name} must be a list of Kubernetes objects")
         try:
-            cluster = cluster_of(self._templar, task_vars)
+            cluster = cluster_of(task_vars, control_variables(self._templar, task_vars))
         except k8s_objects.K8sConfigError as exc:
             raise AnsibleActionFail(f"{task_vars.get('inventory_hostname')}: {exc}") from exc
         objects = k8s_objects.plain(args["objects"])

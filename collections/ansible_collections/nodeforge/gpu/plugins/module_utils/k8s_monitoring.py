@@ -186,6 +186,11 @@ def _duration(cluster: Cluster, name: str) -> str:
     return value
 
 
+def _labels(cluster: Cluster, name: str) -> dict[str, str]:
+    """A label map of the inventory (k8s_gpu_monitoring_*_labels), keys and values as strings."""
+    return {str(k): str(v) for k, v in (cluster.get(name) or {}).items()}
+
+
 def _operator(cluster: Cluster) -> bool:
     return bool(cluster.get("k8s_gpu_operator_enabled"))
 
@@ -303,9 +308,7 @@ def operator_values(cluster: Cluster) -> dict:
         exporter["serviceMonitor"] = {
             "enabled": True,
             "interval": _duration(cluster, "k8s_gpu_monitoring_scrape_interval"),
-            "additionalLabels": {
-                str(k): str(v) for k, v in (cluster.get("k8s_gpu_monitoring_prometheus_labels") or {}).items()
-            },
+            "additionalLabels": _labels(cluster, "k8s_gpu_monitoring_prometheus_labels"),
             "relabelings": _relabelings(),
         }
     return {"dcgmExporter": exporter}
@@ -319,7 +322,7 @@ def gpu_monitoring(
     if not cluster.get("k8s_gpu_monitoring_enabled"):
         return []
     namespace = cluster.get("k8s_gpu_monitoring_namespace")
-    prometheus_labels = {str(k): str(v) for k, v in (cluster.get("k8s_gpu_monitoring_prometheus_labels") or {}).items()}
+    prometheus_labels = _labels(cluster, "k8s_gpu_monitoring_prometheus_labels")
     text = counters(cluster, pinned_counters)
     operator = _operator(cluster)
     ns_labels: dict[str, str] = {}
@@ -368,7 +371,7 @@ def gpu_monitoring(
             }
         )
     if cluster.get("k8s_gpu_monitoring_dashboards"):
-        labels = {str(k): str(v) for k, v in (cluster.get("k8s_gpu_monitoring_dashboard_labels") or {}).items()}
+        labels = _labels(cluster, "k8s_gpu_monitoring_dashboard_labels")
         objects.append(
             {
                 "apiVersion": "v1",
