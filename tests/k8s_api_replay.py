@@ -197,6 +197,10 @@ class Cluster:
         # What a pod bound to a node ends as, for the pods tests run (nodeforge k8s verify's): node name -> (its
         # status, its log). A pod of a node not listed stays Pending, as one whose image never arrives.
         self.pod_outcomes: dict[str, tuple[dict, str]] = {}
+        # How an MPIJob ends, for the one verify runs: (its status as the MPI Operator writes it, its launcher pod's
+        # status, the launcher's log), set once the MPIJob is read back. None: it never ends (its workers Pending).
+        self.mpijob_outcome: tuple[dict, dict, str] | None = None
+        self.logs: dict[str, str] = {}  # a pod's path -> its log, for the pods the server itself creates
         self.objects: dict[str, dict] = {}
         self.lock = threading.Lock()
         self.resources: dict[tuple[str, str], dict] = {}  # (group version, plural) -> its APIResource
@@ -286,6 +290,8 @@ class Cluster:
             pod = self.objects.get(path.removesuffix("/log"))
             if pod is None:
                 return self.status("not_found", **self._route(path.removesuffix("/log")))
+            if path.removesuffix("/log") in self.logs:
+                return 200, self.logs[path.removesuffix("/log")]
             return 200, self.pod_outcomes.get(pod["spec"].get("nodeName"), ({}, ""))[1]
         route = self._route(path)
         if route is None:
@@ -301,16 +307,22 @@ class Cluster:
                 return self.status("forbidden", user=user, verb=verb, scope=scope, **route)
         with self.lock:
             if verb == "list":
-                return 200, self._list(route)
+                return 200, self._list(route, request.param("labelSelector"))
             if verb == "get":
                 obj = self.objects.get(path)
                 if obj is None:
                     return self.status("not_found", **route)
+                if obj["kind"] == "MPIJob":
+                    return 200, self._run_mpijob(obj)
                 return 200, self._reconcile(path, obj)
             if verb == "delete":
                 obj = self.objects.pop(path, None)
                 if obj is None:
                     return self.status("not_found", **route)
+                # The garbage collector: the objects the deleted one controls go with it.
+                uid = obj["metadata"].get("uid")
+                for other in [p for p, o in self.objects.items() if _owned_by(o, uid)]:
+                    del self.objects[other]
                 return 200, obj
             return self._apply(path, route, request)
 
@@ -326,9 +338,16 @@ class Cluster:
             "code": 404,
         }
 
-    def _list(self, route: dict) -> dict:
+    def _list(self, route: dict, selector: str | None) -> dict:
         resource = self.resources[(route["group_version"], route["plural"])]
-        items = [obj for path, obj in sorted(self.objects.items()) if path.startswith(route["collection"] + "/")]
+        # Equality-based label selectors (key=value, comma-separated: every one must match), as clients send them.
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if term) if selector else {}
+        items = [
+            obj
+            for path, obj in sorted(self.objects.items())
+            if path.startswith(route["collection"] + "/")
+            and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
         for pod in items:
             # A test's pod bound to a node ends as pod_outcomes says, once read (the kubelet has run it).
             outcome = self.pod_outcomes.get(pod.get("spec", {}).get("nodeName")) if pod["kind"] == "Pod" else None
@@ -340,6 +359,46 @@ class Cluster:
             "metadata": {"resourceVersion": str(self.revision)},
             "items": items,
         }
+
+    def _run_mpijob(self, job: dict) -> dict:
+        """The MPI Operator's work once an MPIJob is read back: its status as mpijob_outcome says, and its launcher pod
+        (the launcher template's labels, controlled by the job) with that status and log. Without an outcome, one
+        Pending worker pod per replica and no status: the job never ends."""
+        if "status" in job:
+            return job
+        meta = job["metadata"]
+        owner = [{"apiVersion": job["apiVersion"], "kind": "MPIJob", "name": meta["name"], "uid": meta["uid"]}]
+        specs = job["spec"]["mpiReplicaSpecs"]
+        if self.mpijob_outcome is None:
+            pending = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+            pods = [
+                (f"{meta['name']}-worker-{index}", specs["Worker"], pending)
+                for index in range(specs["Worker"]["replicas"])
+            ]
+            log = ""
+        else:
+            status, launcher_status, log = self.mpijob_outcome
+            job["status"] = copy.deepcopy(status)
+            pods = [(f"{meta['name']}-launcher-x7k2p", specs["Launcher"], launcher_status)]
+        for name, spec, pod_status in pods:
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": meta["namespace"],
+                    "labels": dict(spec["template"]["metadata"]["labels"]),
+                    "ownerReferences": owner,
+                    "uid": str(uuid.uuid4()),
+                },
+                "spec": copy.deepcopy(spec["template"]["spec"]),
+                "status": copy.deepcopy(pod_status),
+            }
+            self.objects[self.path_of(pod)] = pod
+            if "launcher" in name:
+                self.logs[self.path_of(pod)] = log
+        job.setdefault("status", {})
+        return job
 
     def _next_revision(self) -> str:
         self.revision += 1
@@ -499,6 +558,10 @@ class Cluster:
                 result["metadata"]["generation"] = int(live["metadata"].get("generation", 1)) + 1
             result["metadata"]["resourceVersion"] = self._next_revision()
             self.objects[path] = result
+
+
+def _owned_by(obj: dict, uid: str | None) -> bool:
+    return bool(uid) and any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences", []))
 
 
 def _print_manager(entry: dict) -> str:

@@ -474,6 +474,28 @@ def test_ib_write_bw_in_gbits():
     assert (report["bw_avg_mbs"], report["bw_peak_mbs"]) == (11811.25, 11848.75)
 
 
+def test_ib_write_bw_in_mib_as_later_perftests_print_it():
+    """Debian 13's perftest 25.01.0+0.80 over soft-RoCE in a QEMU guest (the VM tier on Debian 13): the same 2^20-byte
+    unit under the name MiB/sec. Its message rate times the message size agrees with it, not with 10^6 bytes."""
+    report = acceptance.ib_write_bw(output("ib-write-bw-soft-roce-trixie-mib.txt"))
+    assert (report["unit"], report["bytes"], report["bw_peak"], report["bw_avg"]) == ("MiB/sec", 65536, 5.01, 4.85)
+    assert (report["bw_peak_mbs"], report["bw_avg_mbs"]) == (5.25, 5.09)
+    assert acceptance.evaluate_ib_write_bw(output("ib-write-bw-soft-roce-trixie-mib.txt"), 2)["status"] == "pass"
+    assert acceptance.evaluate_ib_write_bw(output("ib-write-bw-soft-roce-trixie-mib.txt"), 5.1)["status"] == "fail"
+
+
+def test_ib_write_bw_passes_over_perftests_clock_warning_inside_its_table():
+    # perftest prints this between its header and its rows when the CPUs' clocks differ (its Perftest_tools.c wording).
+    warning = "Conflicting CPU frequency values detected: 5008.116000 != 3295.212000. CPU Frequency is not max."
+    lines = output("ib-write-bw-redbook-004.txt").splitlines()
+    header = next(i for i, line in enumerate(lines) if "#bytes" in line)
+    report = acceptance.ib_write_bw("\n".join([*lines[: header + 1], warning, *lines[header + 1 :]]))
+    assert report["bw_avg"] == 11264.11
+    # Any other line there is still no report.
+    other = "\n".join([*lines[: header + 1], "something else entirely", *lines[header + 1 :]])
+    assert parse_error(acceptance.ib_write_bw, other).line == "something else entirely"
+
+
 def test_ib_write_bw_in_perftests_own_layout_and_with_several_sizes():
     rows = [(8192, 5000, 10877.52, 10874.31, 1.391912), (65536, 5000, 11300.40, 11264.11, 0.180226)]
     text = "\n".join(

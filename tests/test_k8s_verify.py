@@ -5,8 +5,10 @@ failing case for each check. The Node and Pod objects are the API's shape with t
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
+import yaml
 
 from nodeforge.collection import k8s_validate
 from tests.conftest import REPO
@@ -262,15 +264,23 @@ def test_the_vector_add_log_of_seed_001_passes_and_a_busy_gpu_fails():
 def test_the_redbooks_nccl_log_passes_with_gdrdma_and_its_table_is_judged_against_the_floor():
     """Seed 004's 16-GPU all_reduce_perf (peak 5.7 GB/s out of place) after its NCCL INFO lines (NET/IB, GDRDMA)."""
     log = (OUTPUTS / "nccl-all-reduce-perf-16x1-nccl-tests-format.txt").read_text()
-    transport, busbw = k8s_verify.evaluate_nccl_job(log, require_gdrdma=True, min_busbw_gbs=5.0)
+    transport, busbw = k8s_verify.evaluate_nccl_job(log, "ib+gdr", min_busbw_gbs=5.0)
     assert transport["status"] == "pass" and transport["measured"] == "NET/IB with GDRDMA"
     assert (busbw["status"], busbw["measured"]) == ("pass", 5.7)
-    _, high = k8s_verify.evaluate_nccl_job(log, require_gdrdma=True, min_busbw_gbs=5.8)
+    _, high = k8s_verify.evaluate_nccl_job(log, "ib+gdr", min_busbw_gbs=5.8)
     assert high["status"] == "fail" and high["reason"].startswith("peak 5.7 GB/s")
     tcp = "nccl-test-mpi-worker-0:30:30 [0] NCCL INFO NET/Socket : Using [0]eth0:10.128.7.148<0>\n"
-    socket, unset = k8s_verify.evaluate_nccl_job(tcp, require_gdrdma=True, min_busbw_gbs=None)
+    socket, unset = k8s_verify.evaluate_nccl_job(tcp, "ib", min_busbw_gbs=None)
     assert socket["status"] == "fail" and "not InfiniBand" in socket["reason"]
     assert unset["status"] == "na"
+    # Seed 004 line 2544 alone: NCCL found the HCAs, no ring went through GPUDirect RDMA.
+    no_gdr = (OUTPUTS / "nccl-log-redbook-004.txt").read_text().splitlines()[0]
+    assert k8s_verify.evaluate_nccl_job(no_gdr, "ib", None)[0]["status"] == "pass"
+    without = k8s_verify.evaluate_nccl_job(no_gdr, "ib+gdr", None)[0]
+    assert without["status"] == "fail" and "without GPUDirect RDMA" in without["reason"]
+    # Under tcp (a cluster without RDMA resources) there is no RDMA transport to check; the floor still holds.
+    na, floor = k8s_verify.evaluate_nccl_job(log, "tcp", 5.8)
+    assert na["status"] == "na" and floor["status"] == "fail"
 
 
 @pytest.mark.parametrize("junk", [None, 3, "text", [1, 2], {"status": "x"}, {"status": {"conditions": "no"}}])
@@ -336,3 +346,145 @@ def test_a_vector_add_pod_is_judged_by_how_it_ended_and_by_its_log():
     assert gone["reason"] == "the pod did not finish while verify waited: no such pod"
     # A Succeeded pod whose log lacks the line (another image) still fails.
     assert k8s_verify.evaluate_vector_add_pod(_finished("Succeeded"), "Done\n", "n")["status"] == "fail"
+
+
+def _nccl_job(c: k8s_objects.Cluster) -> dict:
+    [job], why = k8s_verify.nccl_job(c, k8s_jobs.cluster_facts(c))
+    assert why == ""
+    return job
+
+
+def test_verify_runs_one_nccl_all_reduce_across_the_gpu_nodes_once_and_labelled():
+    c = redbook_cluster(validate_nccl_min_busbw_gbs=None)
+    job = _nccl_job(c)
+    assert k8s_validate.validate([job], c.k8s_version, k8s_validate.shipped_crds()) == []
+    [template] = k8s_jobs.build("nccl", k8s_jobs.cluster_facts(c))
+    assert (job["metadata"]["name"], job["metadata"]["namespace"]) == ("nodeforge-verify-nccl", "ml-team")
+    # k8s job nccl's MPIJob: 2 DGX-1 workers of 8 GPUs and every RDMA resource, 16 ranks, NCCL over IB with GDRDMA.
+    for key in ("slotsPerWorker", "mpiImplementation", "launcherCreationPolicy"):
+        assert job["spec"][key] == template["spec"][key]
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2
+    assert worker["template"]["spec"] == template["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]
+    assert launcher["template"]["spec"]["containers"][0]["command"][:3] == ["mpirun", "-np", "16"]
+    env = {e["name"]: e["value"] for e in launcher["template"]["spec"]["containers"][0]["env"]}
+    assert (env["NCCL_IB_DISABLE"], env["NCCL_NET_GDR_LEVEL"], env["NCCL_DEBUG"]) == ("0", "1", "INFO")
+    # One run: no launcher restart, no retry, stopped where verify stops waiting; every pod findable by its label.
+    assert launcher["restartPolicy"] == "Never"
+    assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 0, "activeDeadlineSeconds": 300}
+    for replica in (launcher, worker):
+        assert replica["template"]["metadata"]["labels"][k8s_verify.VERIFY_LABEL] == "nccl"
+    assert launcher["template"]["metadata"]["labels"]["nodeforge.io/role"] == "launcher"
+    longer = _nccl_job(redbook_cluster(k8s_cluster_verify_timeout=900))
+    assert longer["spec"]["runPolicy"]["activeDeadlineSeconds"] == 900
+
+
+def test_no_nccl_job_without_the_mpi_operator_or_a_second_gpu_node():
+    for c, why in [
+        (redbook_cluster(k8s_mpi_operator_enabled=False), "the MPI Operator is not enabled"),
+        (cluster("openshift", "dgx-1", nodes=1), "1 GPU node(s): the all-reduce runs across two or more"),
+    ]:
+        jobs, reason = k8s_verify.nccl_job(c, k8s_jobs.cluster_facts(c))
+        assert jobs == [] and reason.startswith(why)
+
+
+def test_the_bus_bandwidth_floor_is_the_lowest_any_gpu_node_sets():
+    assert k8s_verify.nccl_busbw_floor(redbook_cluster()) is None
+    nodes = {
+        "node-01": {"nodeforge_profile": "dgx-1", "validate_nccl_min_busbw_gbs": 40},
+        "node-02": {"nodeforge_profile": "dgx-1", "validate_nccl_min_busbw_gbs": "5.5"},
+        "node-03": {"nodeforge_profile": "dgx-1"},
+    }
+    assert k8s_verify.nccl_busbw_floor(k8s_objects.cluster_from({}, nodes)) == 5.5
+
+
+def _mpijob(status_file: str | None) -> dict:
+    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "nodeforge-verify-nccl"}}
+    if status_file:
+        job["status"] = yaml.safe_load((DATA / status_file).read_text())
+    return job
+
+
+NCCL_16X1 = OUTPUTS / "nccl-all-reduce-perf-16x1-nccl-tests-format.txt"
+
+
+def test_a_succeeded_nccl_job_passes_when_its_log_shows_gdrdma_and_the_floor():
+    log = NCCL_16X1.read_text()
+    job = _mpijob("mpijob-status-succeeded-mpi-operator-readme.yaml")
+    results = k8s_verify.evaluate_nccl_run(job, [], log, "ib+gdr", 5.0)
+    assert [(r["check"], r["status"]) for r in results] == [
+        ("nccl_all_reduce", "pass"),
+        ("nccl_transport", "pass"),
+        ("nccl_busbw", "pass"),
+    ]
+    # The same run under a floor it does not reach, and over sockets when GDRDMA was expected.
+    assert statuses(k8s_verify.evaluate_nccl_run(job, [], log, "ib+gdr", 6.0))["nccl_busbw"] == "fail"
+    socket = "nccl-test-mpi-worker-0:30:30 [0] NCCL INFO NET/Socket : Using [0]eth0:10.128.7.148<0>\n"
+    tcp_run = socket + "\n".join(log.splitlines()[2:])  # its table after a NET/Socket line, not its NET/IB lines
+    transport = k8s_verify.evaluate_nccl_run(job, [], tcp_run, "ib+gdr", None)[1]
+    assert transport["status"] == "fail" and transport["reason"].startswith("NCCL used NET/Socket")
+
+
+def test_a_failed_nccl_job_fails_with_the_operators_reason_and_its_log_is_still_read():
+    job = _mpijob("mpijob-status-failed-backoff-limit.yaml")
+    launcher = _finished("Failed", containerStatuses=[{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}])
+    failed, transport, busbw = k8s_verify.evaluate_nccl_run(job, [launcher], "", "ib+gdr", 5.0)
+    assert (failed["status"], failed["measured"]) == ("fail", "Failed")
+    assert failed["reason"] == (
+        "the MPIJob failed: BackoffLimitExceeded/: Job has reached the specified backoff limit: "
+    )
+    assert transport["status"] == busbw["status"] == "fail"
+    assert transport["reason"] == "no NCCL log: its launcher wrote no log (p Error)"
+    # A launcher that failed after NCCL's INFO lines: the transport is still judged from what it wrote.
+    cut = "\n".join(NCCL_16X1.read_text().splitlines()[:2])
+    _, transport, busbw = k8s_verify.evaluate_nccl_run(job, [launcher], cut, "ib+gdr", 5.0)
+    assert transport["status"] == "pass" and busbw["status"] == "fail"
+
+
+def test_an_nccl_job_that_never_ends_or_is_refused_fails_saying_so():
+    pending = {
+        "metadata": {"name": "nodeforge-verify-nccl-worker-1"},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]},
+    }
+    started = _mpijob(None) | {"status": {"conditions": [{"type": "Created", "status": "True"}]}}
+    [stuck, *_] = k8s_verify.evaluate_nccl_run(started, [pending], "", "ib", None)
+    assert stuck["reason"] == "the MPIJob did not finish while verify waited: nodeforge-verify-nccl-worker-1 Pending"
+    # A Failed condition whose status is False is no verdict yet.
+    unsure = _mpijob(None) | {"status": {"conditions": [{"type": "Failed", "status": "False"}]}}
+    assert k8s_verify.evaluate_nccl_run(unsure, [], "", "ib", None)[0]["reason"].endswith("waited: no pods")
+    forbidden = 'mpijobs.kubeflow.org "nodeforge-verify-nccl" is forbidden'
+    refused = k8s_verify.evaluate_nccl_run(None, [], "", "tcp", 5.0, forbidden)
+    assert [(r["check"], r["status"]) for r in refused] == [
+        ("nccl_all_reduce", "fail"),
+        ("nccl_transport", "na"),
+        ("nccl_busbw", "fail"),
+    ]
+    assert refused[0]["reason"] == f"the API server refused the MPIJob: {forbidden}"
+    assert refused[2]["reason"] == "no NCCL log: the API server refused the MPIJob"
+    assert k8s_verify.evaluate_nccl_run(None, [], "", "ib", None)[0]["reason"].endswith(
+        "not found after it was created"
+    )
+
+
+@pytest.mark.parametrize("junk", [None, 3, "text", [1], {"status": "x"}, {"status": {"conditions": [None, 4]}}])
+def test_nccl_objects_of_another_shape_fail_and_never_raise(junk):
+    results = k8s_verify.evaluate_nccl_run(junk, [junk], junk, "ib+gdr", 5.0)
+    assert results[0]["status"] == "fail"
+
+
+def test_a_refusal_reads_as_the_api_servers_reason_and_message():
+    status = json.dumps(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "message": 'pods "p" is forbidden',
+            "reason": "Forbidden",
+        },
+        separators=(",", ":"),
+    )
+    assert k8s_validate.refusal(f"Failed to apply object: {status}") == 'Forbidden: pods "p" is forbidden'
+    # Not a Status (a connection error): the module's words as they are.
+    assert k8s_validate.refusal("Failed to apply object: Connection refused") == "Connection refused"
+    assert k8s_validate.refusal(None) == ""

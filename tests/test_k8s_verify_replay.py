@@ -15,13 +15,26 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.k8s_api_replay import ApiServer
 from tests.test_k8s_api_replay import api, nodeforge, overrides, rendered  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 
-SEED_LOG = (Path(__file__).parent / "data" / "k8s_verify" / "cuda-vector-add-seed001.log").read_text()
+DATA = Path(__file__).parent / "data"
+SEED_LOG = (DATA / "k8s_verify" / "cuda-vector-add-seed001.log").read_text()
+# The NCCL MPIJob verify runs ends as the MPI Operator README's example did, its launcher logging seed 004's 16-GPU
+# all-reduce across two DGX-1s (NCCL's NET/IB and GDRDMA lines, then the table: peak 5.7 GB/s).
+MPIJOB_SUCCEEDED = yaml.safe_load(
+    (DATA / "k8s_verify" / "mpijob-status-succeeded-mpi-operator-readme.yaml").read_text()
+)
+LAUNCHER_SUCCEEDED = {
+    "phase": "Succeeded",
+    "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+    "containerStatuses": [{"name": "launcher", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+}
+NCCL_LOG = (DATA / "outputs" / "validate" / "nccl-all-reduce-perf-16x1-nccl-tests-format.txt").read_text()
 # How a cuda-vector-add pod ends when its GPU computed the sum (the kubelet's status of a pod that exited 0).
 SUCCEEDED = {
     "phase": "Succeeded",
@@ -84,8 +97,12 @@ def test_verify_passes_a_healthy_cluster_and_removes_its_pods(overrides, tmp_pat
     server, kubeconfig, token = api()
     healthy(server, objects)
     server.cluster.pod_outcomes = {name: (SUCCEEDED, SEED_LOG) for name in NODES}
+    server.cluster.mpijob_outcome = (MPIJOB_SUCCEEDED, LAUNCHER_SUCCEEDED, NCCL_LOG)
     junit = tmp_path / "verify.xml"
-    done, report = verify(overrides, tmp_path, kubeconfig, "--junit", str(junit), "--html", str(tmp_path / "v.html"))
+    floor = ("-e", json.dumps({"validate_nccl_min_busbw_gbs": 5.0}))
+    done, report = verify(
+        overrides, tmp_path, kubeconfig, "--junit", str(junit), "--html", str(tmp_path / "v.html"), *floor
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert report["status"] == "passed" and report["exit_code"] == 0
     assert set(report["hosts"]) == {*NODES, "cluster"}
@@ -102,7 +119,16 @@ def test_verify_passes_a_healthy_cluster_and_removes_its_pods(overrides, tmp_pat
             "dcgm-exporter]",
         }
         assert all(c["status"] == "pass" for c in checks.values())
-    assert [c["check"] for c in report["hosts"]["cluster"]["checks"]] == ["deployment[mpi-operator/mpi-operator]"]
+    cluster = {c["check"]: c for c in report["hosts"]["cluster"]["checks"]}
+    assert list(cluster) == ["deployment[mpi-operator/mpi-operator]", "nccl_all_reduce", "nccl_transport", "nccl_busbw"]
+    assert cluster["nccl_transport"]["measured"] == "NET/IB with GDRDMA"
+    assert (cluster["nccl_busbw"]["measured"], cluster["nccl_busbw"]["expected"]) == (5.7, 5.0)
+    assert all(c["status"] == "pass" for c in cluster.values())
+    # The MPIJob as verify applied it: k8s job nccl's for the two C4140s (4 GPUs each, ib+gdr), labelled, one run.
+    [applied] = [r.body for r in server.requests if r.method == "PATCH" and "/mpijobs/" in r.path]
+    assert applied["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert applied["spec"]["slotsPerWorker"] == 4
+    assert applied["spec"]["runPolicy"]["backoffLimit"] == 0
     # JUnit: one testcase per check, no failure.
     suites = ET.parse(junit).getroot()
     assert suites.get("name") == "nodeforge k8s verify"
@@ -111,12 +137,18 @@ def test_verify_passes_a_healthy_cluster_and_removes_its_pods(overrides, tmp_pat
     cases = suites.findall(".//testcase")
     assert len(cases) == sum(len(h["checks"]) for h in report["hosts"].values())
     assert not suites.findall(".//failure")
-    # It wrote nothing but its own pods, one per GPU node in the first tenant's namespace, and deleted each.
+    # It wrote nothing but its own pods, one per GPU node in the first tenant's namespace, and its MPIJob, and
+    # deleted each (the MPIJob's launcher pod went with it).
     pods = {f"/api/v1/namespaces/ml-team/pods/cuda-vector-add-{name}" for name in NODES}
-    assert {r.path for r in server.requests if r.method == "PATCH"} == pods
-    assert {r.path for r in server.requests if r.method == "DELETE"} == pods
+    mpijob = "/apis/kubeflow.org/v2beta1/namespaces/ml-team/mpijobs/nodeforge-verify-nccl"
+    assert {r.path for r in server.requests if r.method == "PATCH"} == {*pods, mpijob}
+    assert {r.path for r in server.requests if r.method == "DELETE"} == {*pods, mpijob}
     assert {r.method for r in server.requests} == {"GET", "PATCH", "DELETE"}
-    assert not pods & set(server.cluster.objects)
+    assert not {*pods, mpijob} & set(server.cluster.objects)
+    assert not [p for p in server.cluster.objects if "/pods/nodeforge-verify-nccl-" in p]
+    # The launcher's log was read by the labels verify gave it.
+    [log] = [r for r in server.requests if r.path.endswith("/log") and "nodeforge-verify-nccl" in r.path]
+    assert log.path.endswith("/pods/nodeforge-verify-nccl-launcher-x7k2p/log")
     assert token not in done.stdout + done.stderr
 
 
@@ -162,11 +194,14 @@ def test_a_pod_the_api_server_refuses_fails_its_node_check_and_the_rest_is_still
     objects,
     state_dir,
 ):
-    """A CI account whose RBAC denies creating pods in the tenant namespace: each node's cuda_vector_add fails with
-    the API server's refusal; the node and workload checks are still made and pass."""
-    server, kubeconfig, _ = api(
-        "ci-deployer", deny=[{"verb": "patch", "group": "", "resource": "pods", "namespace": "ml-team"}]
-    )
+    """A CI account whose RBAC denies creating pods and MPIJobs in the tenant namespace: each node's cuda_vector_add
+    and the cluster's NCCL all-reduce fail with the API server's refusal; the node and workload checks are still made
+    and pass."""
+    denied = [
+        {"verb": "patch", "group": "", "resource": "pods", "namespace": "ml-team"},
+        {"verb": "patch", "group": "kubeflow.org", "resource": "mpijobs", "namespace": "ml-team"},
+    ]
+    server, kubeconfig, _ = api("ci-deployer", deny=denied)
     healthy(server, objects)
     server.cluster.pod_outcomes = {name: (SUCCEEDED, SEED_LOG) for name in NODES}
     done, report = verify(overrides, tmp_path, kubeconfig)
@@ -174,10 +209,53 @@ def test_a_pod_the_api_server_refuses_fails_its_node_check_and_the_rest_is_still
     failed = {
         (h, c["check"]): c["reason"] for h, e in report["hosts"].items() for c in e["checks"] if c["status"] == "fail"
     }
-    assert set(failed) == {(name, f"cuda_vector_add[{name}]") for name in NODES}
+    assert set(failed) == {(name, f"cuda_vector_add[{name}]") for name in NODES} | {
+        ("cluster", "nccl_all_reduce"),
+        ("cluster", "nccl_transport"),
+    }
+    assert failed[("cluster", "nccl_all_reduce")] == (
+        'the API server refused the MPIJob: Forbidden: mpijobs.kubeflow.org "nodeforge-verify-nccl" is forbidden: User'
+        ' "ci-deployer" cannot patch resource "mpijobs" in API group "kubeflow.org" in the namespace "ml-team"'
+    )
+    assert failed[("cluster", "nccl_transport")] == "no NCCL log: the API server refused the MPIJob"
     for name in NODES:
         reason = failed[(name, f"cuda_vector_add[{name}]")]
-        assert reason.startswith("the API server refused the pod: ") and "forbidden" in reason, reason
+        assert reason == (
+            f'the API server refused the pod: Forbidden: pods "cuda-vector-add-{name}" is forbidden: User "ci-deployer"'
+            ' cannot patch resource "pods" in API group "" in the namespace "ml-team"'
+        )
         assert report["hosts"][name]["counts"] == {"pass": 6, "fail": 1, "na": 0, "error": 0}
-    assert report["hosts"]["cluster"]["status"] == "passed"
     assert not [r for r in server.requests if r.method == "DELETE"]  # nothing was created, nothing to delete
+
+
+def test_without_the_mpi_operators_crd_the_all_reduce_fails_and_the_rest_is_judged(
+    overrides,  # noqa: F811
+    tmp_path,
+    api,  # noqa: F811
+    objects,
+    state_dir,
+):
+    """A cluster where the MPI Operator is not applied yet (no kubeflow.org API): the all-reduce fails naming the
+    missing kind, nothing is left to delete, and every other check is still made and passes."""
+    server, kubeconfig, _ = api()
+    del server.cluster.discovery["resources"]["kubeflow.org/v2beta1"]
+    server.cluster.discovery["apis"]["groups"] = [
+        g for g in server.cluster.discovery["apis"]["groups"] if g["name"] != "kubeflow.org"
+    ]
+    server.cluster.resources = {k: v for k, v in server.cluster.resources.items() if k[0] != "kubeflow.org/v2beta1"}
+    healthy(server, [o for o in objects if o["kind"] != "Deployment"])
+    server.cluster.pod_outcomes = {name: (SUCCEEDED, SEED_LOG) for name in NODES}
+    done, report = verify(overrides, tmp_path, kubeconfig)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    failed = {
+        (h, c["check"]): c["reason"] for h, e in report["hosts"].items() for c in e["checks"] if c["status"] == "fail"
+    }
+    assert set(failed) == {
+        ("cluster", "deployment[mpi-operator/mpi-operator]"),
+        ("cluster", "nccl_all_reduce"),
+        ("cluster", "nccl_transport"),
+    }, failed
+    assert failed[("cluster", "nccl_all_reduce")].startswith("the API server refused the MPIJob: ")
+    assert "kubeflow.org/v2beta1.MPIJob" in failed[("cluster", "nccl_all_reduce")]
+    assert all(report["hosts"][name]["status"] == "passed" for name in NODES)
+    assert not [r for r in server.requests if "mpijobs" in r.path]

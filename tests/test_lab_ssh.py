@@ -168,7 +168,11 @@ def test_lab_status_shows_each_nodes_ssh_address_and_os(monkeypatch):
     [
         (["--os", "debian12,sles15"], "--os 'debian12,sles15': expected a comma-separated list of debian12, debian13"),
         (["--os", "debian12", "--nodes", "2"], "give --os or --nodes, not both"),
-        (["--os", "debian12", "--vm"], "--os is for container nodes"),
+        (
+            ["--os", "rocky9", "--vm"],
+            "--os with --vm names the one OS of the VM nodes, debian12 or debian13, not 'rocky9'",
+        ),
+        (["--os", "debian12,debian13", "--vm"], "not 'debian12,debian13' (--nodes says how many)"),
         (["--mirror", "/nowhere", "--vm"], "--mirror is for container nodes"),
     ],
 )
@@ -190,6 +194,16 @@ def test_lab_up_hands_the_os_list_to_the_lab_in_node_order(monkeypatch):
     assert result.exit_code == 0, result.output
     assert seen == [("t", 2, Path("/m"), ["rocky9", "debian12"])]
     assert "repositories: from /m, served on each node's loopback" in result.output
+
+
+def test_lab_up_vm_hands_its_one_os_and_the_node_count_to_the_vm_lab(monkeypatch):
+    seen = []
+    monkeypatch.setattr(lab_vm, "up", lambda *a: seen.append(a) or Path("/x/hosts.yml"))
+    monkeypatch.setattr(lab, "nodes", lambda name: [])
+    for argv in (["--vm", "--os", "debian13", "--nodes", "3"], ["--vm"]):
+        result = CliRunner().invoke(main, ["lab", "up", "--name", "t", *argv])
+        assert result.exit_code == 0, result.output
+    assert seen == [("t", 3, "debian13"), ("t", 2, "debian12")]
 
 
 def test_an_el_node_outside_a_checkout_says_where_its_image_comes_from(monkeypatch, tmp_path):

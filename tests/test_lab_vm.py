@@ -187,6 +187,40 @@ def test_vm_and_container_nodes_never_share_a_lab(state_dir):
         lab_vm.up("mixed", 1)
 
 
+def test_a_vm_lab_runs_one_os_and_says_so_before_building_an_image(state_dir, monkeypatch):
+    if shutil.which(lab_vm.QEMU) is None:
+        pytest.skip("qemu-system-x86 is not installed")
+    built = []
+    monkeypatch.setattr(lab_vm, "ensure_image", lambda os_name: built.append(os_name))
+    here = lab._private_dir(lab_vm.node_dir("one", "nodeforge-one-1"))
+    # A node saved before VM nodes had an OS of their choosing: Debian 12's.
+    (here / "node.json").write_text(json.dumps({"name": "nodeforge-one-1", "index": 1, "ssh_port": 40001}))
+    assert [(n.name, n.os) for n in lab_vm.nodes("one")] == [("nodeforge-one-1", "debian12")]
+    with pytest.raises(lab.LabError) as other:
+        lab_vm.up("one", 1, "debian13")
+    assert str(other.value).startswith("lab one: nodeforge-one-1 runs debian12, not debian13: the nodes of a VM lab")
+    with pytest.raises(lab.LabError, match="a VM node runs one of debian12, debian13, not 'rocky9'"):
+        lab_vm.up("two", 1, "rocky9")
+    assert built == []
+
+
+def test_the_image_build_is_told_the_os_and_refuses_one_it_cannot_build(monkeypatch, tmp_path):
+    (tmp_path / "lab" / "vm-image").mkdir(parents=True)
+    (tmp_path / "lab" / "vm-image" / "build.sh").write_text('echo "built for $NODEFORGE_VM_OS" >&2; exit 7\n')
+    monkeypatch.setattr(lab_vm.content, "root", lambda: tmp_path)
+    with pytest.raises(lab.LabError) as failed:
+        lab_vm.ensure_image("debian13")
+    assert str(failed.value) == (
+        f"building the debian13 VM image failed ({tmp_path}/lab/vm-image/build.sh):\nbuilt for debian13"
+    )
+    # The real script, before it touches anything: an OS it has no suite for.
+    script = REPO / "lab" / "vm-image" / "build.sh"
+    run = subprocess.run(["bash", str(script)], env={**os.environ, "NODEFORGE_VM_OS": "rocky9"}, capture_output=True,
+                         text=True, check=False)  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr == "error: NODEFORGE_VM_OS is rocky9; the VM image is built for debian12 or debian13\n"
+
+
 # --- the tier: two guests, end to end ---------------------------------------------------------------------------------
 
 needs_qemu = pytest.mark.skipif(
@@ -260,9 +294,11 @@ def _standin_unloads(text: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _cuda_repo(tmp_path: Path) -> Iterator[Path]:
+def _cuda_repo(tmp_path: Path, vm_os: str) -> Iterator[Path]:
     """The fixture CUDA repository served on the controller's loopback; yields the extra-vars file that points the
-    nodes' nvidia_driver role at it (10.0.2.2: the controller's loopback as QEMU's user network shows it)."""
+    nodes' nvidia_driver role at it (10.0.2.2: the controller's loopback as QEMU's user network shows it). On Debian 13
+    cuda_repo is claimed as a site claims it once it has pinned NVIDIA's debian13 key (the manifest leaves debian13 out
+    until that key's fingerprint is confirmed; molecule's nvidia_driver_cuda_repo does the same)."""
     with fixture_repo.served_repo([DRIVER_SPEC], tmp_path / "cuda-repo", flat=True) as repo:
         # NVIDIA publishes cuda-keyring at the top of the repository; the role downloads it from there.
         keyring = next((repo.root / "pool").glob("**/cuda-keyring_*_all.deb"))
@@ -275,7 +311,8 @@ def _cuda_repo(tmp_path: Path) -> Iterator[Path]:
             # rebuild (100 s under emulation) would show nothing here (molecule's driver scenarios prove it).
             "nvidia_driver_blacklist_nouveau": False,
             "nodeforge_manifest_overrides": {
-                "nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [repo.fingerprint]}}},
+                "nvidia_driver": {"cuda_repo": {"keyring_fingerprints": [repo.fingerprint]}},
+                **({"os_support": {"nvidia_driver_source": {"cuda_repo": [vm_os]}}} if vm_os != "debian12" else {})},
         }))  # fmt: skip
         yield driver_vars
 
@@ -343,16 +380,19 @@ def _upgrade_driver(name: str, inventory: str, host: str, kernel: str, driver_va
 # Each task in an emulated guest starts the guest's Python for its module (ansible-core's own connection: several
 # seconds under TCG, docs/testing.md); the test's ~150 node tasks take most of its time.
 @pytest.mark.timeout(3000)
-def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path):
+# Debian 12, and Debian 13 (trixie's kernel 6.12, its rdma-core and systemd): the same checks on each.
+@pytest.mark.parametrize("vm_os", lab_vm.VM_OSES)
+def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path, vm_os):
     timings = {}
     start = time.monotonic()
-    up = CliRunner().invoke(main, ["lab", "up", "--vm", "--nodes", "2", "--name", vm_lab])
+    up = CliRunner().invoke(main, ["lab", "up", "--vm", "--os", vm_os, "--nodes", "2", "--name", vm_lab])
     assert up.exit_code == 0, up.output
     timings["up"] = time.monotonic() - start
     nodes = [f"nodeforge-{vm_lab}-1", f"nodeforge-{vm_lab}-2"]
     inventory = str(lab.inventory_path(vm_lab))
     hosts = yaml.safe_load(Path(inventory).read_text())["all"]["children"]["gpu_nodes"]["hosts"]
-    image = lab_vm.ensure_image()
+    image = lab_vm.ensure_image(vm_os)
+    assert [(n.name, n.os) for n in lab.nodes(vm_lab)] == [(node, vm_os) for node in nodes]
     kernels = {}
 
     for host in nodes:
@@ -361,6 +401,8 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
         kernel = kernels[host] = _out(vm_lab, host, "uname -r")
         assert kernel == (image / "kernel-release").read_text().strip() and kernel != os.uname().release
         assert _out(vm_lab, host, "systemd-detect-virt") == "qemu"
+        release = _out(vm_lab, host, ". /etc/os-release && echo $ID $VERSION_ID")
+        assert release == {"debian12": "debian 12", "debian13": "debian 13"}[vm_os]
         served = _out(vm_lab, host, "cat /etc/ssh/ssh_host_ed25519_key.pub").split()[:2]
         generated = Path(f"{lab.host_key(vm_lab, host)}.pub").read_text().split()[:2]
         assert served == generated
@@ -438,7 +480,7 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
     # cores): the fixture CUDA repository's older version through provision, then a rolling `upgrade --component
     # driver` to the newer one while a process holds /dev/nvidiactl (a GPU job). The modules above nvidia unload, users
     # first; nvidia cannot, so the upgrade reboots the node.
-    with _cuda_repo(tmp_path) as driver_vars:
+    with _cuda_repo(tmp_path, vm_os) as driver_vars:
         timings["driver"] = _install_driver(vm_lab, inventory, nodes[0], kernels[nodes[0]], driver_vars)
         timings["upgrade"] = _upgrade_driver(vm_lab, inventory, nodes[0], kernels[nodes[0]], driver_vars)
 
@@ -482,4 +524,4 @@ def test_vm_nodes_reboot_load_modules_and_pass_rdma_validation(vm_lab, tmp_path)
         ["pgrep", "-f", f"{lab_vm.QEMU} -name nodeforge-{vm_lab}-"], capture_output=True, text=True, check=False
     )
     assert qemus.stdout.strip() == "", qemus.stdout
-    print("VM tier timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))
+    print(f"VM tier timings on {vm_os} (s): " + ", ".join(f"{k} {v:.0f}" for k, v in timings.items()))

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# Builds the Debian 12 guest image of the lab's VM nodes (`nodeforge lab up --vm`): debootstrap with Debian's kernel,
-# packed into an ext4 disk image with `mkfs.ext4 -d`, plus the kernel and initrd that QEMU boots with -kernel/-initrd.
+# Builds the guest image of the lab's VM nodes (`nodeforge lab up --vm`): Debian 12 (bookworm), or Debian 13 (trixie)
+# with NODEFORGE_VM_OS=debian13; debootstrap with Debian's kernel, packed into an ext4 disk image with `mkfs.ext4 -d`,
+# plus the kernel and initrd that QEMU boots with -kernel/-initrd.
 #
-# Cached like the container base image: the image lives in DIR/SUM/ (SUM: the sha256 of this script and the files it
-# installs), and is rebuilt only when they change (or NODEFORGE_REBUILD_IMAGE=1). DIR is NODEFORGE_VM_IMAGE_DIR, else
-# /var/cache/nodeforge/vm-image as root, ~/.cache/nodeforge/vm-image otherwise. Older builds there are removed once
-# the new one is complete. Prints the image directory on its last line.
+# Cached like the container base image: the image lives in DIR/OS-SUM/ (SUM: the sha256 of this script, the OS and the
+# files it installs), and is rebuilt only when they change (or NODEFORGE_REBUILD_IMAGE=1). DIR is
+# NODEFORGE_VM_IMAGE_DIR, else /var/cache/nodeforge/vm-image as root, ~/.cache/nodeforge/vm-image otherwise. Older
+# builds of the same OS there are removed once the new one is complete. Prints the image directory on its last line.
 #
 # Debian's archive goes through the test harness's package cache (tools/apt_cache.py) when it answers on loopback.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd -P)  # physical: content/lab is a link in an editable install
+os=${NODEFORGE_VM_OS:-debian12}
+case $os in
+  debian12) suite=bookworm ;;
+  debian13) suite=trixie ;;
+  *) echo "error: NODEFORGE_VM_OS is $os; the VM image is built for debian12 or debian13" >&2; exit 2 ;;
+esac
 mirror=${NODEFORGE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 if [[ -n ${NODEFORGE_VM_IMAGE_DIR:-} ]]; then
   dir=$NODEFORGE_VM_IMAGE_DIR
@@ -32,10 +39,10 @@ if [[ -d $standin_src ]]; then
 fi
 sum=$({ cat "$0" "$here/nodeforge-vm-seed" "$here/../base-image/apt-proxy-detect"
         [[ -z $standin_versions ]] || cat "$standin_src"/*
-        echo "$standin_versions"; } | sha256sum | cut -c1-16)
-out=$dir/$sum
+        echo "$standin_versions $os"; } | sha256sum | cut -c1-16)
+out=$dir/$os-$sum
 if [[ -f $out/complete && "${NODEFORGE_REBUILD_IMAGE:-0}" != 1 ]]; then
-  echo "VM image is current ($sum)" >&2
+  echo "$os VM image is current ($sum)" >&2
   echo "$out"
   exit 0
 fi
@@ -65,15 +72,15 @@ if timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/3142' 2>/dev/null; then
   cache=http://127.0.0.1:3142
   proxy=(env http_proxy=$cache)
 fi
-echo "debootstrap bookworm with linux-image-amd64 into $root (a few minutes)" >&2
+echo "debootstrap $suite with linux-image-amd64 into $root (a few minutes)" >&2
 "${proxy[@]}" debootstrap --variant=minbase \
   --include=linux-image-amd64,linux-headers-amd64,dkms,gcc,make,initramfs-tools,systemd,systemd-sysv,udev,dbus,kmod,iproute2,openssh-server,python3,python3-apt,sudo,ca-certificates,gnupg,pciutils,procps \
-  bookworm "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
+  "$suite" "$root" "$mirror" >"$root.log" 2>&1 || { tail -20 "$root.log" >&2; exit 1; }
 
 cat >"$root/etc/apt/sources.list" <<SRC
-deb $mirror bookworm main contrib non-free non-free-firmware
-deb $mirror bookworm-updates main contrib non-free non-free-firmware
-deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware
+deb $mirror $suite main contrib non-free non-free-firmware
+deb $mirror $suite-updates main contrib non-free non-free-firmware
+deb http://deb.debian.org/debian-security $suite-security main contrib non-free non-free-firmware
 SRC
 echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" >"$root/etc/fstab"
 echo "nodeforge-vm" >"$root/etc/hostname"  # each node's own name comes from the kernel command line (systemd.hostname=)
@@ -191,8 +198,14 @@ chmod 0444 "$work/rootfs.img"  # the nodes' disks are copy-on-write overlays on 
 touch "$work/complete"
 rm -rf "$out"
 mv "$work" "$out"
+# This OS's older builds, and those named before the OS was part of the name (all of them Debian 12's).
 for old in "$dir"/*/; do
-  [[ ${old%/} == "$out" ]] || rm -rf "${old%/}"
+  old=${old%/}
+  base=${old##*/}
+  [[ $old != "$out" ]] || continue
+  if [[ $base == "$os"-* || ($os == debian12 && $base =~ ^[0-9a-f]{16}$) ]]; then
+    rm -rf "$old"
+  fi
 done
-echo "built VM image $out ($(du -sh --apparent-size "$out/rootfs.img" | cut -f1) sparse, $(du -sh "$out/rootfs.img" | cut -f1) used)" >&2
+echo "built $os VM image $out ($(du -sh --apparent-size "$out/rootfs.img" | cut -f1) sparse, $(du -sh "$out/rootfs.img" | cut -f1) used)" >&2
 echo "$out"

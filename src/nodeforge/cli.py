@@ -659,12 +659,20 @@ def _lab_call(func: Any, *args: Any) -> Any:
 
 
 @lab_group.command(name="up")
-@click.option("--nodes", "-n", default=2, show_default=True, type=int, help="Number of nodes (Debian 12).")
+@click.option(
+    "--nodes",
+    "-n",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Number of nodes (Debian 12; with --vm, of the OS --os names).",
+)
 @click.option(
     "--os",
     "os_list",
     metavar="OS[,OS...]",
-    help=f"One container node per OS listed, in node order ({', '.join(lab.LAB_OSES)}), instead of --nodes.",
+    help=f"One container node per OS listed, in node order ({', '.join(lab.LAB_OSES)}), instead of --nodes; with --vm "
+    f"the one OS of the VM nodes ({', '.join(lab_vm.VM_OSES)}).",
 )
 @click.option(
     "--vm",
@@ -690,17 +698,23 @@ def lab_up(
     console = _console(json_mode)
     if vm and mirror is not None:
         raise click.UsageError("--mirror is for container nodes (the VM nodes' inventory runs no toolkit role)")
-    if vm and os_list is not None:
-        raise click.UsageError("--os is for container nodes (the VM nodes run Debian 12's kernel)")
+    if vm and os_list is not None and os_list not in lab_vm.VM_OSES:
+        raise click.UsageError(
+            f"--os with --vm names the one OS of the VM nodes, {' or '.join(lab_vm.VM_OSES)}, not {os_list!r} (--nodes "
+            "says how many)"
+        )
     if vm and then_provision:
         raise click.UsageError(
             "--provision is for container nodes: on VM nodes run `nodeforge lab provision --tags ...` with the roles a "
             "VM shows something for (inventories/lab-vm/hosts.yml)"
         )
-    oses = _lab_call(lab.parse_oses, os_list) if os_list is not None else None
+    oses = _lab_call(lab.parse_oses, os_list) if os_list is not None and not vm else None
     if oses is not None and click.get_current_context().get_parameter_source("nodes").name != "DEFAULT":
         raise click.UsageError("--os starts one node per OS listed: give --os or --nodes, not both")
-    path = _lab_call(lab_vm.up, name, nodes) if vm else _lab_call(lab.up, name, nodes, mirror, oses)
+    if vm:
+        path = _lab_call(lab_vm.up, name, nodes, os_list or lab_vm.VM_OSES[0])
+    else:
+        path = _lab_call(lab.up, name, nodes, mirror, oses)
     started = _lab_call(lab.nodes, name)
     console.print(f"lab {name}: {len(started)} node(s) up; inventory: {path}")
     if vm:

@@ -36,7 +36,8 @@ VERIFY = cli.Verb(
     K8S_PLAYBOOK,
     "Judge the running cluster: each GPU node Ready with the GPUs and RDMA resources its profile gives allocatable, "
     "the rendered DaemonSets' pods Ready on their nodes, the Deployments' replicas Ready, cuda-vector-add passing on "
-    "each GPU node (its pods deleted after); reports as validate's.",
+    "each GPU node, NCCL's all-reduce across them with the transport and bus bandwidth expected (its pods and MPIJob "
+    "deleted after); reports as validate's.",
 )
 
 
@@ -177,7 +178,7 @@ def register(main: click.Group) -> None:
     no_jobs = click.option(
         "--no-jobs",
         is_flag=True,
-        help="Read only: do not run cuda-vector-add on the GPU nodes (k8s_cluster_verify_jobs false).",
+        help="Read only: run neither cuda-vector-add nor the NCCL all-reduce (k8s_cluster_verify_jobs false).",
     )
     for option in reversed([*_k8s_options_list(json_option=False), no_jobs, *cli.report_options(textfile=False)]):
         verify = option(verify)

@@ -1,5 +1,6 @@
-"""The lab's VM nodes (`nodeforge lab up --vm`): QEMU guests with their own Debian 12 kernel, reached over SSH as real
-nodes are, for what containers cannot show (module loading, reboots, RDMA devices).
+"""The lab's VM nodes (`nodeforge lab up --vm`): QEMU guests with their own Debian 12 kernel (or Debian 13's, with
+`--os debian13`), reached over SSH as real nodes are, for what containers cannot show (module loading, reboots, RDMA
+devices). The nodes of one VM lab run one OS.
 
 Each node boots the image of lab/vm-image/build.sh (cached by its checksum) from a copy-on-write overlay of its own,
 under software emulation (`-accel tcg`: KVM guests do not boot on every machine this runs on). Its sshd is reached on a
@@ -39,6 +40,8 @@ BOOT_TIMEOUT = float(os.environ.get("NODEFORGE_VM_BOOT_TIMEOUT", "600"))
 FW_CFG = "opt/org.nodeforge"
 LINK_NET = "10.77"  # pair k's link: 10.77.k.1/24 and 10.77.k.2/24
 SUPERVISOR = vm_supervisor.__name__
+# The OSes lab/vm-image/build.sh builds a guest image of (NODEFORGE_VM_OS); the first is the default.
+VM_OSES = ("debian12", "debian13")
 
 
 @dataclass
@@ -50,6 +53,7 @@ class VmNode:
     ssh_port: int
     peer: int | None = None  # the index of the node at the other end of the private link
     link_address: str | None = None  # CIDR on eth1
+    os: str = VM_OSES[0]  # its image's OS (a node saved before there was a choice runs Debian 12)
 
 
 def vm_dir(name: str) -> Path:
@@ -64,13 +68,20 @@ def is_vm_lab(name: str) -> bool:
     return vm_dir(name).is_dir()
 
 
-def ensure_image() -> Path:
-    """The VM image's directory (rootfs.img, vmlinuz, initrd.img), built when missing or stale."""
+def check_os(os_name: str) -> str:
+    if os_name not in VM_OSES:
+        raise lab.LabError(f"a VM node runs one of {', '.join(VM_OSES)}, not {os_name!r}")
+    return os_name
+
+
+def ensure_image(os_name: str = VM_OSES[0]) -> Path:
+    """The directory of the OS's VM image (rootfs.img, vmlinuz, initrd.img), built when missing or stale."""
     script = content.root() / "lab" / "vm-image" / "build.sh"
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+    env = {**os.environ, "NODEFORGE_VM_OS": check_os(os_name)}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, env=env)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        raise lab.LabError(f"building the VM image failed ({script}):\n{proc.stderr.strip()}")
+        raise lab.LabError(f"building the {os_name} VM image failed ({script}):\n{proc.stderr.strip()}")
     return Path(lines[-1])
 
 
@@ -174,11 +185,14 @@ def _saved(name: str) -> list[VmNode]:
 
 
 def nodes(name: str) -> list[lab.Node]:
-    return [lab.Node(n.name, "running" if _running(name, n.name) else "stopped", n.ssh_port) for n in _saved(name)]
+    return [
+        lab.Node(n.name, "running" if _running(name, n.name) else "stopped", n.ssh_port, n.os) for n in _saved(name)
+    ]
 
 
-def up(name: str, count: int) -> Path:
+def up(name: str, count: int, os_name: str = VM_OSES[0]) -> Path:
     lab.check_name(name)
+    check_os(os_name)
     if count < 1:
         raise lab.LabError(f"--nodes must be at least 1 (got {count})")
     if not shutil.which(QEMU):
@@ -189,15 +203,22 @@ def up(name: str, count: int) -> Path:
             f"lab {name} has container nodes: choose another --name for the VM nodes, or `nodeforge lab down --name "
             f"{name}` first"
         )
-    image = ensure_image()
+    saved = {n.index: n for n in _saved(name)}
+    for node in saved.values():
+        if node.os != os_name:
+            raise lab.LabError(
+                f"lab {name}: {node.name} runs {node.os}, not {os_name}: the nodes of a VM lab run one OS (`nodeforge "
+                f"lab down --name {name}` first, or choose another --name)"
+            )
+    image = ensure_image(os_name)
     lab._private_dir(vm_dir(name))
     lab.keygen(lab.client_key(name), f"nodeforge lab {name}")
-    saved = {n.index: n for n in _saved(name)}
     # Nodes beyond --nodes are kept (and started when stopped), as for container nodes: `lab down` removes them.
     planned = plan(max(count, max(saved, default=0)))
     wanted = []
     for node in planned:
         node.name = f"nodeforge-{name}-{node.index}"
+        node.os = os_name
         if node.index in saved:
             node = saved[node.index]
         else:

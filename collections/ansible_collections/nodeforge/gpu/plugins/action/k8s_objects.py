@@ -35,7 +35,7 @@ options:
     type: str
     required: true
     choices: [node_labels, gpu_device_plugin, rdma_shared_device_plugin, mpi_operator, gpu_operator, gpu_monitoring,
-              scale_csi, scale_csi_secrets, pins, verify_jobs]
+              scale_csi, scale_csi_secrets, pins, verify_jobs, verify_nccl]
   files:
     description: Paths on the controller of the upstream objects the component builds on (per component).
     type: dict
@@ -125,6 +125,10 @@ class ActionModule(ActionBase):
             elif component == "verify_jobs":
                 # nodeforge k8s verify's cuda-vector-add pods, one per GPU node, in the first tenant's namespace.
                 objects = k8s_verify.vector_add_pods(cluster, k8s_jobs.cluster_facts(cluster))
+            elif component == "verify_nccl":
+                # nodeforge k8s verify's NCCL all-reduce across the GPU nodes; none where it cannot run (its check
+                # says why: action k8s_verify).
+                objects, _ = k8s_verify.nccl_job(cluster, k8s_jobs.cluster_facts(cluster))
             elif component == "gpu_operator":
                 objects = []
                 values = k8s_objects.gpu_operator_values(cluster, k8s_monitoring.operator_values(cluster))

@@ -9,7 +9,8 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.nodeforge.gpu.plugins.action.k8s_objects import cluster_of, control_variables
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_verify
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_jobs, k8s_objects, k8s_validate, k8s_verify
+from ansible_collections.nodeforge.gpu.plugins.module_utils.acceptance import not_applicable
 
 DOCUMENTATION = r"""
 module: k8s_verify
@@ -58,6 +59,13 @@ options:
     description: The pods the API server refused to create, a mapping of pod name to its message.
     type: dict
     default: {}
+  nccl:
+    description:
+      - The NCCL all-reduce verify ran across the GPU nodes (component verify_nccl of nodeforge.gpu.k8s_objects), judged
+        under C(cluster); omitted when verify ran no jobs. Keys C(job) (the MPIJob as the cluster returned it when
+        verify stopped waiting, or null), C(pods) (its pods), C(log) (its launcher's log), C(refused) (the API server's
+        message when it refused the MPIJob, else empty).
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -99,8 +107,12 @@ class ActionModule(ActionBase):
         errors = k8s_objects.plain(args.get("job_errors") or {})
         for job in k8s_objects.plain(args.get("jobs") or []):
             name, node = job["metadata"]["name"], job["spec"]["nodeName"]
-            judged = k8s_verify.evaluate_vector_add_pod(finished.get(name), logs.get(name), node, errors.get(name))
+            refused = k8s_validate.refusal(errors[name]) if errors.get(name) else None
+            judged = k8s_verify.evaluate_vector_add_pod(finished.get(name), logs.get(name), node, refused)
             found.setdefault(node, []).append(judged)
+        nccl = k8s_objects.plain(args.get("nccl"))
+        if isinstance(nccl, dict):
+            found.setdefault("cluster", []).extend(self._nccl(cluster, nccl))
         failed = [
             f"{name}: {c['check']}: {c['reason'] or 'expected ' + str(c['expected'])}"
             for name, checks in sorted(found.items())
@@ -113,3 +125,19 @@ class ActionModule(ActionBase):
             msg=failed or [f"{sum(len(c) for c in found.values())} checks passed or do not apply"],
         )
         return result
+
+    @staticmethod
+    def _nccl(cluster: k8s_objects.Cluster, nccl: dict) -> list[dict]:
+        facts = k8s_jobs.cluster_facts(cluster)
+        jobs, why = k8s_verify.nccl_job(cluster, facts)
+        if not jobs:
+            return [not_applicable(k8s_verify.NCCL_CHECK, why)]
+        pods = [p for p in nccl.get("pods") or [] if isinstance(p, dict)]
+        return k8s_verify.evaluate_nccl_run(
+            nccl.get("job"),
+            pods,
+            nccl.get("log"),
+            k8s_jobs.nccl_mode(facts),
+            k8s_verify.nccl_busbw_floor(cluster),
+            k8s_validate.refusal(nccl["refused"]) if nccl.get("refused") else None,
+        )

@@ -474,8 +474,10 @@ def hca_ports(output: object) -> list[dict]:
 
 
 _IB_WRITE_BW_HEADER = re.compile(
-    r"#bytes\s+#iterations\s+BW peak\[(?P<unit>MB|Gb)/sec\]\s+BW average\[(?P=unit)/sec\]\s+MsgRate\[Mpps\].*"
+    r"#bytes\s+#iterations\s+BW peak\[(?P<unit>MiB|MB|Gb)/sec\]\s+BW average\[(?P=unit)/sec\]\s+MsgRate\[Mpps\].*"
 )
+# A warning perftest prints inside its table, between the header and the rows, when the CPUs' clocks differ.
+_PERFTEST_TABLE_WARNING = re.compile(r"Conflicting CPU frequency values detected: .*")
 
 
 # perftest counts a transfer in CPU cycles and measures the CPU's clock after it (get_clock.c: 200 timed busy loops and
@@ -503,9 +505,11 @@ def ib_write_bw(output: object) -> dict:
     msg_rate_mpps, unit, bw_peak, bw_avg, rows}.
 
     bw_peak_mbs and bw_avg_mbs are in MB/s of 10^6 bytes: perftest's "BW average[MB/sec]" counts 2^20 bytes per
-    second (its Redbook run: 11264.11 MB/sec is 11811.3 MB/s here, and 65536 B x 0.180226 Mpps agrees), and its
-    "BW average[Gb/sec]" (--report_gbits) 10^9 bits. bw_peak and bw_avg are the numbers as printed, unit "MB/sec" or
-    "Gb/sec". rows lists every message size of the table (-a); the top-level values are its last row's.
+    second (its Redbook run: 11264.11 MB/sec is 11811.3 MB/s here, and 65536 B x 0.180226 Mpps agrees), as does the
+    "BW average[MiB/sec]" that releases since April 2024 print for the same number (linux-rdma/perftest pull request
+    257; Debian 13's perftest 25.01), and its "BW average[Gb/sec]" (--report_gbits) 10^9 bits. bw_peak and bw_avg are
+    the numbers as printed, unit "MB/sec", "MiB/sec" or "Gb/sec". rows lists every message size of the table (-a); the
+    top-level values are its last row's. perftest's warning of conflicting CPU clocks inside the table is passed over.
     """
     tool = "ib_write_bw"
     text = _text(tool, output)
@@ -515,11 +519,11 @@ def ib_write_bw(output: object) -> dict:
         raise ParseError(tool, "no bandwidth report", _last_line("\n".join(lines)))
     header = lines[headers[-1]]
     unit = _IB_WRITE_BW_HEADER.fullmatch(header.strip())["unit"]
-    factor = PERFTEST_MB / 1e6 if unit == "MB" else GBIT_BYTES / 1e6
+    factor = GBIT_BYTES / 1e6 if unit == "Gb" else PERFTEST_MB / 1e6
     rows = []
     for line in lines[headers[-1] + 1 :]:
         tokens = line.split()
-        if not tokens:
+        if not tokens or _PERFTEST_TABLE_WARNING.fullmatch(line.strip()):
             continue
         if set(line.strip()) <= {"-", "_"}:
             break

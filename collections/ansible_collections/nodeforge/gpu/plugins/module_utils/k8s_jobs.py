@@ -136,7 +136,7 @@ def _facts(kind: str, cluster: Mapping[str, Any]) -> dict[str, Any]:
     for key, image in images.items():
         if not isinstance(image, str) or not image or image != image.strip():
             raise ValueError(f"cluster['images'][{key!r}] must be an image reference, not {image!r}")
-    mode = cluster.get("nccl_mode") or ("ib+gdr" if rdma else "tcp")
+    mode = nccl_mode(cluster)
     if mode not in NCCL_MODES:
         raise ValueError(f"cluster['nccl_mode'] must be one of {', '.join(NCCL_MODES)}, not {mode!r}")
     if mode != "tcp" and not rdma and kind in ("nccl", "mpijob"):
@@ -155,6 +155,12 @@ def _facts(kind: str, cluster: Mapping[str, Any]) -> dict[str, Any]:
         "images": {**DEFAULT_IMAGES, **images},
         "nccl_mode": mode,
     }
+
+
+def nccl_mode(cluster: Mapping[str, Any]) -> Any:
+    """The NCCL mode of a job: cluster['nccl_mode'] when given, else ib+gdr where the cluster has RDMA resources and
+    tcp where it has none."""
+    return cluster.get("nccl_mode") or ("ib+gdr" if cluster.get("rdma_resources") else "tcp")
 
 
 # ---- pieces ----------------------------------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ NODE_VARIABLES = (
     "nvidia_driver_version",
     "gpudirect_rdma_module",
     "gpudirect_rdma_gdrcopy",
+    "validate_nccl_min_busbw_gbs",
 )
 
 

@@ -79,20 +79,27 @@ def refusals(results: Iterable[Any]) -> str:
         if not isinstance(result, Mapping) or not result.get("failed"):
             continue
         item = result.get("item") if isinstance(result.get("item"), Mapping) else {}
-        text = _REFUSED_PREFIX.sub("", str(result.get("msg", "")))
-        status = _status(text)
-        if status.get("message"):
-            shown = f"{status.get('reason', '')}: {status['message']}"
-        elif item.get("kind") == "Secret":
+        status, shown = _readable(_REFUSED_PREFIX.sub("", str(result.get("msg", ""))))
+        if not status.get("message") and item.get("kind") == "Secret":
             shown = "no reason shown for a Secret"
-        else:
-            shown = text
         refused.append(f"{describe(item)}: {shown}")
         reasons.append(result.get("reason") or status.get("reason"))
     if not refused:
         return ""
     hints = [hint for reason, hint in REFUSAL_HINTS.items() if reason in reasons]
     return " ".join(["; ".join(refused) + ".", *hints])
+
+
+def refusal(msg: object) -> str:
+    """What kubernetes.core.k8s's msg for a refused object says, readable: 'Reason: message' of the API server's
+    Status, else the msg as it is."""
+    return _readable(_REFUSED_PREFIX.sub("", str(msg or "")))[1]
+
+
+def _readable(text: str) -> tuple[dict, str]:
+    """(the API server's Status in a refused object's reply, 'Reason: message' of it), or ({}, the reply as it is)."""
+    status = _status(text)
+    return status, f"{status.get('reason', '')}: {status['message']}" if status.get("message") else text
 
 
 def _status(text: str) -> dict:

@@ -205,10 +205,15 @@ def evaluate_vector_add(log: object, node: str) -> dict:
     )
 
 
-def evaluate_nccl_job(log: object, require_gdrdma: bool, min_busbw_gbs: float | None) -> list[dict]:
-    """An NCCL all-reduce job's launcher log (NCCL_DEBUG=INFO): the transport NCCL chose and the bus bandwidth floor,
-    judged as validate judges them on a node."""
-    return [evaluate_nccl_transport(log, require_gdrdma), evaluate_nccl_busbw(log, min_busbw_gbs)]
+def evaluate_nccl_job(log: object, mode: str, min_busbw_gbs: float | None) -> list[dict]:
+    """An NCCL all-reduce job's launcher log (NCCL_DEBUG=INFO): the transport NCCL chose for the job's NCCL mode
+    (k8s_jobs.NCCL_MODES: NET/IB with GDRDMA under ib+gdr, NET/IB under ib; under tcp there is no RDMA transport to
+    check) and the bus bandwidth floor, judged as validate judges them on a node."""
+    if mode == "tcp":
+        transport = not_applicable("nccl_transport", "NCCL runs over TCP sockets: the cluster has no RDMA resources")
+    else:
+        transport = evaluate_nccl_transport(log, mode == "ib+gdr")
+    return [transport, evaluate_nccl_busbw(log, min_busbw_gbs)]
 
 
 def vector_add_pods(cluster: k8s_objects.Cluster, facts: Mapping[str, Any]) -> list[dict]:
@@ -250,3 +255,92 @@ def evaluate_vector_add_pod(pod: Mapping | None, log: object, node: str, refused
         reason = f"the pod did not finish while verify waited: {trouble}"
         return check_result(check, "fail", None, VECTOR_ADD_PASSED, reason)
     return evaluate_vector_add(log, node)
+
+
+# ---- the NCCL all-reduce across the GPU nodes (an MPIJob of the MPI Operator) ----------------------------------------
+NCCL_JOB = "nodeforge-verify-nccl"
+NCCL_CHECK = "nccl_all_reduce"
+
+
+def nccl_busbw_floor(cluster: k8s_objects.Cluster) -> float | None:
+    """The bus bandwidth floor of the all-reduce: the lowest validate_nccl_min_busbw_gbs of the GPU nodes (the floor
+    validate holds each node's own run to), None where no GPU node sets one."""
+    floors = [
+        float(node.variables["validate_nccl_min_busbw_gbs"])
+        for node in cluster.nodes
+        if node.gpu_count and node.variables.get("validate_nccl_min_busbw_gbs") is not None
+    ]
+    return min(floors) if floors else None
+
+
+def nccl_job(cluster: k8s_objects.Cluster, facts: Mapping[str, Any]) -> tuple[list[dict], str]:
+    """([the MPIJob verify runs], "") or ([], why it runs none). The MPIJob is `nodeforge k8s job nccl`'s
+    (all_reduce_perf over every GPU of every GPU node, one worker a node, the NCCL mode of the cluster's RDMA
+    resources; facts as k8s_jobs.build takes them) for one run: its launcher is not restarted (restartPolicy Never,
+    backoffLimit 0: a failure is the verdict), the job stops at k8s_cluster_verify_timeout, and every pod carries
+    VERIFY_LABEL."""
+    if not cluster.get("k8s_mpi_operator_enabled"):
+        return [], "the MPI Operator is not enabled (k8s_mpi_operator_enabled): no MPIJob can run"
+    gpu_nodes = [node for node in cluster.nodes if node.gpu_count]
+    if len(gpu_nodes) < 2:
+        return [], f"{len(gpu_nodes)} GPU node(s): the all-reduce runs across two or more"
+    [job] = k8s_jobs.build("nccl", {**facts, "nodes": len(gpu_nodes)})
+    job["metadata"]["name"] = NCCL_JOB
+    job["metadata"]["labels"][VERIFY_LABEL] = "nccl"
+    job["spec"]["runPolicy"] = {
+        # The launcher's pod, and its log, stay after it ended (only running workers are removed); verify deletes the
+        # MPIJob, and with it its pods, once it has read the log.
+        "cleanPodPolicy": "Running",
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": int(cluster.get("k8s_cluster_verify_timeout")),
+    }
+    for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+        replica["template"]["metadata"]["labels"][VERIFY_LABEL] = "nccl"
+        if role == "Launcher":
+            replica["restartPolicy"] = "Never"
+    return [job], ""
+
+
+def _condition(obj: Mapping, kind: str) -> Mapping | None:
+    for condition in _list(_mapping(obj.get("status")).get("conditions")):
+        if _mapping(condition).get("type") == kind and _mapping(condition).get("status") == "True":
+            return _mapping(condition)
+    return None
+
+
+def evaluate_nccl_run(
+    job: Mapping | None,
+    pods: Iterable[Mapping],
+    log: object,
+    mode: str,
+    min_busbw_gbs: float | None,
+    refused: str | None = None,
+) -> list[dict]:
+    """A verify run's NCCL MPIJob, as the cluster returned it when verify stopped waiting, the pods it ran (launcher
+    and workers) and the launcher's log: nccl_all_reduce passes when the MPI Operator set the job's Succeeded
+    condition, and fails with its Failed condition's reason and message, with the API server's refusal, or, for a job
+    that did not end in time, with each of its pods' state (a worker Pending for want of GPUs, an image not pulled).
+    Then the log's transport and bus bandwidth (evaluate_nccl_job); without a log they fail, saying why."""
+    pods = [_mapping(p) for p in pods]
+    states = ", ".join(f"{_mapping(p.get('metadata')).get('name')} {pod_trouble(p)}" for p in pods) or "no pods"
+    if refused:
+        result = check_result(NCCL_CHECK, "fail", None, "Succeeded", f"the API server refused the MPIJob: {refused}")
+    elif not isinstance(job, Mapping):
+        result = check_result(NCCL_CHECK, "fail", None, "Succeeded", "the MPIJob was not found after it was created")
+    elif _condition(job, "Succeeded"):
+        result = check_result(NCCL_CHECK, "pass", "Succeeded", "Succeeded")
+    elif failed := _condition(job, "Failed"):
+        reason = f"the MPIJob failed: {failed.get('reason') or 'no reason'}: {failed.get('message') or 'no message'}"
+        result = check_result(NCCL_CHECK, "fail", "Failed", "Succeeded", reason)
+    else:
+        reason = f"the MPIJob did not finish while verify waited: {states}"
+        result = check_result(NCCL_CHECK, "fail", None, "Succeeded", reason)
+    text = log if isinstance(log, str) else ""
+    if text.strip():
+        return [result, *evaluate_nccl_job(text, mode, min_busbw_gbs)]
+    why = "the API server refused the MPIJob" if refused else f"its launcher wrote no log ({states})"
+    judged = evaluate_nccl_job("", mode, min_busbw_gbs)
+    return [result] + [
+        c if c["status"] == "na" else check_result(c["check"], "fail", None, c["expected"], f"no NCCL log: {why}")
+        for c in judged
+    ]
