@@ -397,3 +397,16 @@ def test_refusals_never_show_a_secret_s_reply_unless_it_is_a_status():
         'DaemonSet kube-system/plugin: {"kind":"Status", cut.'
     )
     assert k8s_validate.refusals([{"failed": False, "item": DAEMONSET}]) == ""
+
+
+def test_refused_maps_each_refused_pod_by_name_to_the_module_s_message():
+    """What k8s_cluster's verify waits without (the refused pods) and what action k8s_verify judges them by."""
+    accepted = {"changed": True, "item": {"kind": "Pod", "metadata": {"name": "verify-a"}}}
+    denied = refused({"kind": "Pod", "metadata": {"name": "verify-b"}}, 'pods "verify-b" is forbidden', "Forbidden")
+    silent = {"failed": True, "item": {"kind": "Pod", "metadata": {"name": "verify-c"}}}
+    assert k8s_validate.refused([accepted, denied, silent, {"failed": True, "msg": "no item"}, "junk"]) == {
+        "verify-b": 'pods "verify-b" is forbidden',
+        "verify-c": "refused",
+    }
+    assert k8s_validate.refused([accepted]) == {}
+    assert k8s_validate.refused(None) == {}

@@ -16,6 +16,8 @@ description:
   - C(k8s_describe) names an object as messages do (C(Kind namespace/name)).
   - C(k8s_refusals) reads the results of an apply loop of kubernetes.core.k8s and says which objects the API server
     refused and why (its Status reason and message), with a hint per reason (Conflict, Forbidden).
+  - C(k8s_refused) reads the same results and returns the refused objects by name, each with the module's message
+    (the API server's Status).
 author: nodeforge
 options:
   _input:
@@ -36,4 +38,5 @@ class FilterModule:
             "kubeconfig_server": kubeconfig_server,
             "k8s_describe": k8s_validate.describe,
             "k8s_refusals": k8s_validate.refusals,
+            "k8s_refused": k8s_validate.refused,
         }

@@ -90,6 +90,17 @@ def refusals(results: Iterable[Any]) -> str:
     return " ".join(["; ".join(refused) + ".", *hints])
 
 
+def refused(results: Iterable[Any]) -> dict[str, str]:
+    """The objects of an apply loop of kubernetes.core.k8s that the API server refused, by name, each with the
+    module's msg (refusal() makes it readable): k8s_cluster's verify waits only for the others, and action k8s_verify
+    judges these by it."""
+    return {
+        str(result["item"].get("metadata", {}).get("name", "")): str(result.get("msg") or "refused")
+        for result in results or []
+        if isinstance(result, Mapping) and result.get("failed") and isinstance(result.get("item"), Mapping)
+    }
+
+
 def refusal(msg: object) -> str:
     """What kubernetes.core.k8s's msg for a refused object says, readable: 'Reason: message' of the API server's
     Status, else the msg as it is."""
