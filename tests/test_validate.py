@@ -772,10 +772,29 @@ def test_doca_is_judged_by_its_profile_package():
 
 
 FAKE_PERFTEST = """#!/bin/sh
-# Stand-in for perftest's ib_write_bw (no HCA here): records its arguments, prints the Redbook's captured report; the
-# first client run on mlx5_1 prints what a real one printed where perftest could not measure its CPU clock.
+# Stand-in for perftest's ib_write_bw (no HCA here): records its arguments; the server listens on its port (-p) only
+# after a while, as one started on a node just booted under emulation did, and until its client connects; the client
+# connects to it (refused while nothing listens: the role's retry runs it again, and the calls show it), then prints
+# the Redbook's captured report, or, in the first client run on mlx5_1, what a real one printed where perftest could
+# not measure its CPU clock.
 here="$(dirname "$0")"
 echo "$*" >> "$here/calls"
+port=$(echo "$*" | sed -n 's/.* -p \\([0-9]*\\) .*/\\1/p')
+case "$*" in
+  *" 127.0.0.1") ;;
+  *)
+    sleep 6
+    exec python3 -c 'import socket, sys
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen(1)
+server.settimeout(120)
+server.accept()[0].close()' "$port" ;;
+esac
+python3 -c 'import socket, sys
+socket.create_connection(("127.0.0.1", int(sys.argv[1])), 5).close()' "$port" 2>/dev/null ||
+  { echo " Unable to init the socket connection" >&2; exit 1; }
 case "$*" in
   "-d mlx5_1 "*" 127.0.0.1")
     if [ ! -e "$here/unmeasured.done" ]; then
@@ -793,7 +812,9 @@ def test_perf_pairs_nodes_runs_servers_then_clients_and_judges_per_host_threshol
     """--perf through the real playbook on three local hosts of profile dgx-1 (four HCAs): n1 serves n2, n3 has no
     peer. ib_write_bw is a stand-in that prints the Redbook's captured report (11811.28 MB/s): n2 passes the
     default floor (11250), n1's raised floor (12000, a host variable) fails the same links. Its first client run on
-    mlx5_1 prints a report whose clock perftest could not measure: that pair runs again, server and client."""
+    mlx5_1 prints a report whose clock perftest could not measure: that pair runs again, server and client. Its
+    servers listen 6 s after they start: each client runs once, after its server listens (a client started before
+    would be refused and run again, and show in the calls twice)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ib_write_bw").write_text(FAKE_PERFTEST)
