@@ -121,8 +121,15 @@ def _matches(labels: Mapping, selector: Mapping) -> bool:
 
 def pod_ready(pod: Mapping) -> bool:
     """The pod's Ready condition is True (the kubelet sets it only for a running pod whose containers are ready)."""
-    conditions = [_mapping(c) for c in _list(_mapping(pod.get("status")).get("conditions"))]
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return _condition(pod, "Ready") is not None
+
+
+def _condition(obj: Mapping, kind: str) -> Mapping | None:
+    """The object's condition of that type whose status is True (a pod's Ready, an MPIJob's Succeeded), or None."""
+    for condition in _list(_mapping(obj.get("status")).get("conditions")):
+        if _mapping(condition).get("type") == kind and _mapping(condition).get("status") == "True":
+            return _mapping(condition)
+    return None
 
 
 def pod_trouble(pod: Mapping) -> str:
@@ -299,13 +306,6 @@ def nccl_job(cluster: k8s_objects.Cluster, facts: Mapping[str, Any]) -> tuple[li
         if role == "Launcher":
             replica["restartPolicy"] = "Never"
     return [job], ""
-
-
-def _condition(obj: Mapping, kind: str) -> Mapping | None:
-    for condition in _list(_mapping(obj.get("status")).get("conditions")):
-        if _mapping(condition).get("type") == kind and _mapping(condition).get("status") == "True":
-            return _mapping(condition)
-    return None
 
 
 def evaluate_nccl_run(
