@@ -20,7 +20,17 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nodeforge import __version__, ansible_settings, connection, content, lab, lab_vm, report, validate_report
+from nodeforge import (
+    __version__,
+    ansible_settings,
+    connection,
+    content,
+    lab,
+    lab_vm,
+    mirror_cli,
+    report,
+    validate_report,
+)
 from nodeforge.runner import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -779,6 +789,9 @@ def lab_status(json_mode: bool, name: str) -> None:
         console.print(f"{label}: {where}", soft_wrap=True)
     if json_mode:
         report.print_json(report.json_payload("ok", EXIT_OK, nodes=[vars(n) for n in found], **paths))
+
+
+mirror_cli.register(main, _check_options, _inputs)
 
 
 UPGRADE_ONLY = ("component", "to_version", "batch", "max_unavailable", "resume", "allow_downgrade")

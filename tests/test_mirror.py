@@ -1,0 +1,332 @@
+"""`nodeforge mirror`: pulled from the lab's stand-ins of the vendor repositories (tools/lab_mirror.py, signed as the
+vendors sign theirs) served on loopback, then checked by apt itself, by rpm's signature check, and by `mirror
+verify`."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+
+from nodeforge import lab, mirror
+
+REPO = Path(__file__).resolve().parents[1]
+UPSTREAM_MANIFESTS = REPO.parent / "shared" / "reference" / "upstream-manifests"
+NODEFORGE = [str(Path(sys.executable).parent / "nodeforge")]
+
+pytestmark = pytest.mark.slow
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """http.server with byte ranges (as the vendors' CDNs answer them), recording each request's path and headers."""
+
+    requests: ClassVar[list[tuple[str, dict]]] = []
+
+    def log_message(self, *args):
+        return None
+
+    def do_GET(self):
+        self.requests.append((self.path, dict(self.headers)))
+        wanted = self.headers.get("Range", "")
+        path = Path(self.translate_path(self.path))
+        if not wanted.startswith("bytes=") or not path.is_file():
+            return super().do_GET()
+        start = int(wanted.removeprefix("bytes=").split("-")[0])
+        body = path.read_bytes()[start:]
+        self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory):
+    root = tmp_path_factory.mktemp("upstream")
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(root)], check=True, capture_output=True)
+    shutil.copy(UPSTREAM_MANIFESTS / "mpi-operator-v0.8.0.yaml", root / "mpi-operator.yaml")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def inventory(tmp_path: Path, upstream, hosts: dict, **extra) -> Path:
+    """Two GPU nodes as a site declares them (nodeforge_os), the vendors' URLs pointed at the loopback stand-ins and
+    their key pinned, as the lab pins it."""
+    root, url = upstream
+    fingerprints = lab.mirror_fingerprints(root)
+    overrides = {
+        "nvidia_container_toolkit": {
+            "deb_url": f"{url}/stable/deb/$(ARCH)",
+            "rpm_url": f"{url}/stable/rpm/$basearch",
+            "key_url": f"{url}/gpgkey",
+            "key_fingerprints": fingerprints,
+        },
+        "nvidia_driver": {
+            "cuda_repo": {
+                "baseurl": url + "/compute/cuda/repos/{distro}/x86_64/",
+                "key_url_rpm": url + "/compute/cuda/repos/{distro}/x86_64/D42D0685.pub",
+                "key_url_deb": url + "/compute/cuda/repos/{distro}/x86_64/cuda-keyring_1.1-1_all.deb",
+                "keyring_fingerprints": fingerprints,
+                "key_fingerprints_rpm": fingerprints,
+            }
+        },
+        "ofed": {
+            "doca": {
+                "baseurl": url + "/public/repo/doca/{version}/{distro}/x86_64/",
+                "key_url": f"{url}/public/repo/doca/GPG-KEY-Mellanox.pub",
+                "key_fingerprints": fingerprints,
+            }
+        },
+        "kubernetes": {"mpi_operator": {"url": f"{url}/mpi-operator.yaml"}},
+    }
+    data = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": hosts,
+                    "vars": {
+                        "nodeforge_profile": "lab",
+                        "nvidia_driver_source": "cuda_repo",
+                        "nvidia_driver_branch": "580",
+                        "nodeforge_manifest_overrides": overrides,
+                        **extra,
+                    },
+                }
+            }
+        }
+    }
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+SITE = {
+    "node-u24": {"nodeforge_os": "ubuntu24.04", "ofed_mode": "doca"},
+    "node-r9": {"nodeforge_os": "rocky9", "ofed_mode": "inbox"},
+}
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False)
+
+
+def rel_files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+
+
+def test_pull_fetches_exactly_the_pinned_packages_verified_and_a_second_pull_downloads_nothing(tmp_path, upstream):
+    root, _ = upstream
+    inv = inventory(tmp_path, upstream, SITE)
+    to = tmp_path / "mirror"
+    first = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
+    assert first.returncode == 0, first.stdout + first.stderr
+    result = json.loads(first.stdout)
+    assert result["problems"] == []
+    files = rel_files(to)
+    # The signed indexes as published, byte for byte: nodes verify them with the vendor's pinned key.
+    for published in ("InRelease", "Packages"):
+        ours = to / "cuda/ubuntu2404" / published
+        assert ours.read_bytes() == (root / "compute/cuda/repos/ubuntu2404/x86_64" / published).read_bytes()
+    assert (to / "cuda/rhel9/repodata/repomd.xml.asc").read_bytes() == (
+        root / "compute/cuda/repos/rhel9/x86_64/repodata/repomd.xml.asc"
+    ).read_bytes()
+    # The open flavor's packages at the pinned 580.126.20, the branch's pinning package; not 580.105.08, and not the
+    # proprietary flavor's cuda-drivers, which no node of this inventory installs.
+    debs = sorted(Path(f).name for f in files if f.startswith("cuda/ubuntu2404/pool/"))
+    assert debs == [
+        "nvidia-compute-utils-580_580.126.20-0ubuntu1_all.deb",
+        "nvidia-dkms-580-open_580.126.20-0ubuntu1_all.deb",
+        "nvidia-driver-580-open_580.126.20-0ubuntu1_all.deb",
+        "nvidia-driver-pinning-580_580.126.20-0ubuntu1_all.deb",
+        "nvidia-open_580.126.20-0ubuntu1_all.deb",
+    ]
+    rpms = sorted(Path(f).name for f in files if f.startswith("cuda/rhel9/Packages/"))
+    assert "nvidia-open-580.126.20-1.el9.noarch.rpm" in rpms
+    assert [r for r in rpms if "580.105.08" in r or r.startswith("cuda-drivers")] == []
+    assert sorted(Path(f).name for f in files if f.startswith("doca/3.4.1/ubuntu24.04/pool/")) == [
+        "doca-ofed_3.4.1-1_amd64.deb",
+        "mlnx-ofed-kernel-utils_26.01.OFED.26.01.0.4.2.1-1_amd64.deb",
+    ]
+    assert "files/mpi_operator/v0.8.0/mpi-operator.yaml" in files
+    # Nothing of the Rocky node's OFED (inbox: the distribution's) and no DOCA for EL: no node asks for them.
+    assert not any(f.startswith(("rocky/", "doca/3.4.1/rhel9")) for f in files)
+    assert result["from_distribution"] == ["/bin/sh", "dkms", "dkms (>= 3.1.8)", "libseccomp", "libseccomp2"]
+    assert sum(s["downloaded"] for s in result["sources"].values()) == sum(
+        p.stat().st_size for p in to.rglob("*") if p.is_file()
+    ) - ((to / mirror.INDEX).stat().st_size)
+
+    RangeHandler.requests.clear()
+    second = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert {s["downloaded"] for s in json.loads(second.stdout)["sources"].values()} == {0}
+    # Packages and pinned files are not asked for again; the indexes only conditionally (304 when unchanged).
+    assert [
+        p for p, _ in RangeHandler.requests if "/pool/" in p or "/Packages/" in p or p.endswith((".yaml", ".gz"))
+    ] == []
+    assert all("If-Modified-Since" in headers for _, headers in RangeHandler.requests)
+
+    verified = run("mirror", "verify", str(to))
+    assert verified.returncode == 0, verified.stdout
+    assert f"{len(files) - 1} files verified" in " ".join(verified.stdout.split())
+
+
+def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm_accept_it(tmp_path, upstream):
+    inv = inventory(tmp_path, upstream, SITE)
+    to = tmp_path / "mirror"
+    assert run("mirror", "pull", "-i", str(inv), "--to", str(to)).returncode == 0
+    with mirror.serving(to) as url:
+        written = run("mirror", "overrides", str(to), "--url", url)
+        assert written.returncode == 0, written.stderr
+        # The site's inventory with the file `mirror overrides` wrote: check accepts it, and every source it plans is
+        # the mirror's (its own pins kept: nodeforge_manifest_overrides_mirror merges over them).
+        data = yaml.safe_load(inv.read_text())
+        data["all"]["children"]["gpu_nodes"]["vars"] |= yaml.safe_load(written.stdout)
+        inv.write_text(yaml.safe_dump(data))
+        checked = run("check", "-i", str(inv))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        again = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "copy"), "--json")
+        assert again.returncode == 0, again.stdout + again.stderr
+        index = mirror.read_index(tmp_path / "copy")
+        assert sorted({s["url"][: len(url)] for s in index["sources"].values()}) == [url]
+        assert rel_files(tmp_path / "copy") == rel_files(to)
+        overrides = yaml.safe_load(written.stdout)["nodeforge_manifest_overrides_mirror"]
+        # apt itself, in its own state directory: the InRelease verified with the pinned keyring, a package by its hash.
+        apt = tmp_path / "apt"
+        for sub in (
+            "etc/apt/sources.list.d",
+            "var/lib/apt/lists/partial",
+            "var/cache/apt/archives/partial",
+            "var/lib/dpkg",
+        ):
+            (apt / sub).mkdir(parents=True)
+        (apt / "var/lib/dpkg/status").write_text("")
+        keyring = apt / "toolkit.gpg"
+        keyring.write_bytes(mirror._dearmor((to / "nvidia-container-toolkit/gpgkey").read_text()))
+        deb_url = overrides["nvidia_container_toolkit"]["deb_url"].replace("$(ARCH)", "amd64")
+        (apt / "etc/apt/sources.list").write_text(f"deb [signed-by={keyring}] {deb_url} /\n")
+        options = [
+            "-o",
+            f"Dir={apt}",
+            "-o",
+            "Dir::State::status=" + str(apt / "var/lib/dpkg/status"),
+            "-o",
+            "APT::Architecture=amd64",
+            "-o",
+            "Debug::NoLocking=1",
+        ]
+        subprocess.run(["apt-get", *options, "update"], check=True, capture_output=True)
+        got = subprocess.run(
+            ["apt-get", *options, "download", "nvidia-container-toolkit=1.20.0-1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert got.returncode == 0, got.stderr
+        assert (tmp_path / "nvidia-container-toolkit_1.20.0-1_amd64.deb").is_file()
+        # A package the mirror does not hold (not pinned: 1.19.1) is in the signed index, and not served.
+        missing = subprocess.run(
+            ["apt-get", *options, "download", "nvidia-container-toolkit=1.19.1-1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert missing.returncode != 0 and "404" in missing.stderr
+    # rpm's own signature and digest check of the mirrored RPMs, with the key the mirror keeps.
+    db = tmp_path / "rpmdb"
+    subprocess.run(["rpm", "--dbpath", str(db), "--import", str(to / "cuda/rhel9/D42D0685.pub")], check=True)
+    for package in (to / "cuda/rhel9/Packages").glob("*.rpm"):
+        checked = subprocess.run(["rpm", "--dbpath", str(db), "-K", str(package)], capture_output=True, text=True)
+        assert checked.returncode == 0 and "signatures OK" in checked.stdout, checked.stdout
+
+
+def test_verify_names_a_tampered_file_and_anything_unexpected(tmp_path, upstream):
+    inv = inventory(tmp_path, upstream, {"node-u24": SITE["node-u24"]})
+    to = tmp_path / "mirror"
+    assert run("mirror", "pull", "-i", str(inv), "--to", str(to)).returncode == 0
+    deb = next((to / "cuda/ubuntu2404/pool").rglob("nvidia-open_*.deb"))
+    deb.write_bytes(deb.read_bytes() + b"x")
+    (to / "cuda/ubuntu2404/pool/planted.deb").write_bytes(b"x")
+    result = run("mirror", "verify", str(to))
+    assert result.returncode == 1
+    out = " ".join(result.stdout.split())
+    assert (
+        "cuda/ubuntu2404/pool/main/n/nvidia-open/nvidia-open_580.126.20-0ubuntu1_all.deb: does not match the "
+        "repository's signed index (nvidia-open 580.126.20-0ubuntu1)" in out
+    )
+    assert "cuda/ubuntu2404/pool/planted.deb: not pulled (unexpected in the mirror)" in out
+    # A pull puts back what verify refused.
+    (to / "cuda/ubuntu2404/pool/planted.deb").unlink()
+    assert run("mirror", "pull", "-i", str(inv), "--to", str(to)).returncode == 0
+    assert run("mirror", "verify", str(to)).returncode == 0
+
+
+def test_a_partial_download_is_resumed_with_a_range_request(tmp_path, upstream):
+    root, _ = upstream
+    inv = inventory(tmp_path, upstream, {"node-r9": SITE["node-r9"]})
+    to = tmp_path / "mirror"
+    part = to / "files/mpi_operator/v0.8.0/mpi-operator.yaml.part"
+    part.parent.mkdir(parents=True)
+    whole = (root / "mpi-operator.yaml").read_bytes()
+    part.write_bytes(whole[:1000])
+    RangeHandler.requests.clear()
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout)["sources"]["mpi_operator"]["downloaded"] == len(whole) - 1000
+    assert [h.get("Range") for p, h in RangeHandler.requests if p == "/mpi-operator.yaml"] == ["bytes=1000-"]
+    assert (to / "files/mpi_operator/v0.8.0/mpi-operator.yaml").read_bytes() == whole
+
+
+def test_what_cannot_be_verified_is_refused_naming_it(tmp_path, upstream):
+    root, url = upstream
+    # A key other than the pinned one: refused before any package is fetched.
+    inv = inventory(tmp_path, upstream, {"node-u24": SITE["node-u24"]})
+    data = yaml.safe_load(inv.read_text())
+    data["all"]["children"]["gpu_nodes"]["vars"]["nodeforge_manifest_overrides"]["ofed"]["doca"]["key_fingerprints"] = [
+        "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+    ]
+    inv.write_text(yaml.safe_dump(data))
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m1"))
+    assert result.returncode == 1
+    assert (
+        f"doca 3.4.1 ubuntu24.04: the key at {url}/public/repo/doca/GPG-KEY-Mellanox.pub has primary fingerprint(s) "
+        f"{lab.mirror_fingerprints(root)[0]}, not the pinned C95B321B61E88C1809C4F759DDCAE044F796ECB0"
+    ) in " ".join(result.stdout.split())
+    assert not any((tmp_path / "m1/doca").rglob("*.deb"))
+    # A release manifest whose sha256 is not the pinned one: not kept.
+    inv = inventory(tmp_path, upstream, {"node-r9": SITE["node-r9"]})
+    data = yaml.safe_load(inv.read_text())
+    data["all"]["children"]["gpu_nodes"]["vars"]["nodeforge_manifest_overrides"]["kubernetes"]["mpi_operator"][
+        "url"
+    ] = f"{url}/gpgkey"
+    inv.write_text(yaml.safe_dump(data))
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m2"))
+    assert result.returncode == 1
+    assert f"{url}/gpgkey: sha256 " in result.stdout and "does not match the pinned b38def13" in " ".join(
+        result.stdout.split()
+    )
+    assert [p for p in (tmp_path / "m2").rglob("*") if p.is_file() and "mpi" in p.name] == []
+    # MLNX_OFED without a checksum pinned (the check's problem), a node without its OS: refused before any fetch.
+    inv = inventory(tmp_path, upstream, {"node-r9": {"nodeforge_os": "rocky9", "ofed_mode": "mlnx_ofed"}})
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m3"))
+    assert result.returncode == 1
+    assert "host node-r9: ofed_mlnx_ofed_checksum: found no checksum for the mlnx_ofed tarball" in result.stdout
+    assert not (tmp_path / "m3").exists()
+    inv = inventory(tmp_path, upstream, {"node-x": {"ofed_mode": "inbox"}})
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m4"))
+    assert result.returncode == 1
+    assert "host node-x: nodeforge_os is not set, and no --os given" in result.stderr
+    result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m4"), "--os", "rocky9", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["sources"]["cuda rhel9"]["files"] > 0
