@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -116,8 +117,8 @@ SITE = {
 }
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False)
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False, env=env)
 
 
 def rel_files(root: Path) -> set[str]:
@@ -178,6 +179,28 @@ def test_pull_fetches_exactly_the_pinned_packages_verified_and_a_second_pull_dow
     verified = run("mirror", "verify", str(to))
     assert verified.returncode == 0, verified.stdout
     assert f"{len(files) - 1} files verified" in " ".join(verified.stdout.split())
+
+    # check --mirror: the mirror holds everything the inventory needs; then names what it lacks, and who needs it.
+    checked = run("check", "-i", str(inv), "--mirror", str(to))
+    assert checked.returncode == 0, checked.stdout
+    assert "holds all it needs" in " ".join(checked.stdout.split())
+    (to / "cuda/rhel9/Packages/nvidia-open-580.126.20-1.el9.noarch.rpm").unlink()
+    (to / "doca/GPG-KEY-Mellanox.pub").unlink()
+    checked = run("check", "-i", str(inv), "--mirror", str(to), "--json")
+    assert checked.returncode == 1
+    assert [(p["scope"], p["variable"], p["found"]) for p in json.loads(checked.stdout)["problems"]] == [
+        (
+            "hosts node-r9",
+            "version manifest nvidia_driver.cuda_repo.baseurl",
+            "cuda/rhel9/Packages/nvidia-open-580.126.20-1.el9.noarch.rpm (nvidia-open 580.126.20-1.el9) "
+            "not in the mirror",
+        ),
+        (
+            "hosts node-u24",
+            "version manifest ofed.doca.baseurl",
+            "doca/GPG-KEY-Mellanox.pub (its key) not in the mirror",
+        ),
+    ]
 
 
 def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm_accept_it(tmp_path, upstream):
@@ -330,3 +353,46 @@ def test_what_cannot_be_verified_is_refused_naming_it(tmp_path, upstream):
     result = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "m4"), "--os", "rocky9", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["sources"]["cuda rhel9"]["files"] > 0
+
+
+def test_k8s_render_works_offline_from_the_mirror(tmp_path):
+    """The Redbook sample's cluster layer (MPI Operator and Scale CSI releases) pulled with --only cluster, upstream
+    then gone: render reads both releases from the mirror, each still verified by its pinned sha256."""
+    sample = str(REPO / "inventories" / "dgx1-openshift")
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(UPSTREAM_MANIFESTS))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{server.server_address[1]}"
+    releases = {"mpi_operator": "mpi-operator-v0.8.0.yaml", "scale_csi": "ibm-spectrum-scale-csi-operator-v3.0.0.yaml"}
+    control = tmp_path / "control.yml"
+    pins = {name: {"url": f"{upstream}/{file}"} for name, file in releases.items()}
+    control.write_text(yaml.safe_dump({"k8s_control": {"hosts": {"localhost": {
+        "nodeforge_manifest_overrides": {"kubernetes": pins}}}}}))  # fmt: skip
+    to = tmp_path / "mirror"
+    pulled = run("mirror", "pull", "-i", sample, "-i", str(control), "--only", "cluster", "--to", str(to), "--json")
+    server.shutdown()
+    server.server_close()
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert sorted(json.loads(pulled.stdout)["sources"]) == ["mpi_operator", "scale_csi"]
+    assert rel_files(to) == {
+        mirror.INDEX,
+        "files/mpi_operator/v0.8.0/mpi-operator-v0.8.0.yaml",
+        "files/scale_csi/v3.0.0/ibm-spectrum-scale-csi-operator-v3.0.0.yaml",
+    }
+    with mirror.serving(to) as url:
+        pointed = tmp_path / "mirror.yml"
+        variables = yaml.safe_load(run("mirror", "overrides", str(to), "--url", url).stdout)
+        pointed.write_text(yaml.safe_dump({"k8s_control": {"hosts": {"localhost": variables}}}))
+        out = tmp_path / "out"
+        # An empty download cache: the releases can only come from the mirror (upstream is gone).
+        cache = tmp_path / "cache"
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+        argv = ["k8s", "render", "-i", sample, "-i", str(control), "-i", str(pointed), "-o", str(out), "--json"]
+        rendered = run(*argv, env=env)
+    assert rendered.returncode == 0, rendered.stdout[-3000:] + rendered.stderr[-3000:]
+    assert sorted(p.name.split("-")[0] for p in (cache / "nodeforge/k8s").iterdir()) == ["ibm", "mpi"]
+    objects = [yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")]
+    for name, file in releases.items():
+        release = [d for d in yaml.safe_load_all((UPSTREAM_MANIFESTS / file).read_text()) if d]
+        assert [f"{o['kind']} {o['metadata']['name']}" for o in release if o not in objects] == [], name

@@ -124,7 +124,7 @@ def test_packages_index_is_parsed_as_apt_reads_it():
 
 def test_closure_takes_the_pinned_version_the_newest_dependency_and_the_pinned_one():
     chosen, external = mirror_repo.closure(
-        "apt", mirror_repo.apt_packages(PACKAGES), {"nvidia-open": "580.126.20"}, "580.126.20"
+        "apt", mirror_repo.apt_packages(PACKAGES), [("nvidia-open", "580.126.20")], ["580.126.20"]
     )
     assert [(p.name, p.version) for p in chosen] == [
         ("nvidia-dkms-580-open", "580.126.20-1"),  # the first alternative (dkms) is not here: the second is
@@ -134,17 +134,33 @@ def test_closure_takes_the_pinned_version_the_newest_dependency_and_the_pinned_o
         ("nvidia-open", "580.126.20-1"),
     ]
     assert external == ["libc6 (>= 2.34)"]
+    # Two nodes on two pins (a rolling upgrade half done): each pin's packages, each dependency's at both pins.
+    chosen, _ = mirror_repo.closure(
+        "apt",
+        mirror_repo.apt_packages(PACKAGES),
+        [("nvidia-open", "580.126.20"), ("nvidia-open", "580.105.08")],
+        ["580.126.20", "580.105.08"],
+    )
+    assert [(p.name, p.version) for p in chosen if p.name != "nvidia-dkms-580-open"] == [
+        ("nvidia-driver-580-open", "580.105.08-1"),
+        ("nvidia-driver-580-open", "580.126.20-1"),
+        ("nvidia-kernel-common", "580.105.08-1"),
+        ("nvidia-kernel-common", "580.126.20-1"),
+        ("nvidia-kernel-common", "595.91.07-1"),
+        ("nvidia-open", "580.105.08-1"),
+        ("nvidia-open", "580.126.20-1"),
+    ]
     # Without a pin for dependencies, only the newest satisfying version.
-    chosen, _ = mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), {"nvidia-open": "580.126.20"}, "")
+    chosen, _ = mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), [("nvidia-open", "580.126.20")])
     assert ("nvidia-kernel-common", "580.126.20-1") not in [(p.name, p.version) for p in chosen]
     # No version wanted: the newest.
-    chosen, _ = mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), {"nvidia-open": ""}, "")
+    chosen, _ = mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), [("nvidia-open", "")])
     assert ("nvidia-open", "595.91.07-1") in [(p.name, p.version) for p in chosen]
 
 
 def test_a_pinned_version_the_repository_lacks_is_named_with_the_versions_it_has():
     with pytest.raises(mirror_repo.RepoError) as error:
-        mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), {"nvidia-open": "580.95.05"}, "580.95.05")
+        mirror_repo.closure("apt", mirror_repo.apt_packages(PACKAGES), [("nvidia-open", "580.95.05")], ["580.95.05"])
     assert str(error.value) == (
         "nvidia-open 580.95.05 is not in the repository (its versions: 580.105.08-1, 580.126.20-1, 595.91.07-1)"
     )
@@ -187,7 +203,7 @@ def test_primary_metadata_is_parsed_and_resolved_as_dnf_would():
         ("nvidia-driver", "580.126.20-1.el9", "3", "bb", 9),
         ("kmod-nvidia-open-dkms", "580.126.20-1.el9", "3", "cc", 5),
     ]
-    chosen, external = mirror_repo.closure("dnf", packages, {"nvidia-open": "580.126.20"}, "580.126.20")
+    chosen, external = mirror_repo.closure("dnf", packages, [("nvidia-open", "580.126.20")], ["580.126.20"])
     assert [p.path for p in chosen] == [
         "Packages/kmod.rpm",
         "Packages/nvidia-driver-580.126.20-1.el9.x86_64.rpm",

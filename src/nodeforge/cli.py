@@ -558,17 +558,26 @@ def _check_options(func: Any) -> Any:
 
 @main.command()
 @_check_options
-def check(json_mode: bool, **kw: Any) -> None:
+@click.option(
+    "--mirror",
+    "mirror_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also name every pinned artefact the inventory needs that this `nodeforge mirror pull` directory lacks.",
+)
+def check(json_mode: bool, mirror_dir: Path | None, **kw: Any) -> None:
     """Validate an inventory without touching any node; report every problem at once."""
     console = _console(json_mode)
     inputs = _inputs(kw)
     problems, _ = inputs.read_or_exit(json_mode)
+    if mirror_dir is not None and not problems:
+        problems = mirror_cli.missing_problems(inputs.view, mirror_dir)
     inventory = ", ".join(inputs.inventory)
     report.print_warnings(console, inputs.warnings)
     if problems:
         report.print_problems(console, problems)
     else:
-        console.print(f"[green]ok[/green]: {escape(str(inventory))} is valid")
+        pulled = f", and the mirror {escape(str(mirror_dir))} holds all it needs" if mirror_dir is not None else ""
+        console.print(f"[green]ok[/green]: {escape(str(inventory))} is valid{pulled}")
     code = EXIT_ERROR if problems else EXIT_OK
     if json_mode:
         status = "invalid" if problems else "valid"

@@ -59,8 +59,8 @@ class Source:
     url: str  # the repository's base URL (ends with /) or the file's URL
     dest: str  # under the mirror: the repository's directory or the file's path
     family: str = ""  # apt | dnf (repositories)
-    wants: dict[str, str] = field(default_factory=dict)  # package -> pinned version ("" newest)
-    pin: str = ""  # the version a repository's dependencies are pinned to (the driver's, the toolkit's)
+    wants: list[list[str]] = field(default_factory=list)  # [package, pinned version ("" newest)]
+    pins: list[str] = field(default_factory=list)  # the versions the nodes pin this repository's packages to
     key_url: str = ""
     key_dest: str = ""
     key_in_deb: bool = False  # the key is a keyring inside a .deb (NVIDIA's cuda-keyring)
@@ -131,12 +131,10 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
         distro = (cuda.get("distros") or {}).get(os_id) or os_id
         base = str(_value(m, "nvidia_driver_cuda_repo_url") or "") or _expand(cuda["baseurl"], distro=distro)
         sets = _role_packages(_vars_file(os_id), "cuda_repo", flavor, branch)
-        wants = {p: wanted for p in sets.get("versioned", [])}
-        wants |= {p: "" for p in sets.get("unversioned", [])}
-        if sets.get("dkms"):
-            wants[sets["dkms"]] = wanted
+        wants = [[p, wanted] for p in sets.get("versioned", [])] + [[p, ""] for p in sets.get("unversioned", [])]
+        wants += [[sets["dkms"], wanted]] if sets.get("dkms") else []
         if family == "apt":
-            wants[f"nvidia-driver-pinning-{branch}"] = ""
+            wants += [[f"nvidia-driver-pinning-{branch}", ""]]
             key_url = _expand(cuda["key_url_deb"], distro=distro)
             fingerprints = list(cuda.get("keyring_fingerprints") or [])
         else:
@@ -153,7 +151,7 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 url=base,
                 dest=dest,
                 wants=wants,
-                pin=wanted,
+                pins=[wanted],
                 key_url=key_url,
                 key_dest=f"{dest}/{key_name}",
                 key_in_deb=family == "apt",
@@ -192,7 +190,7 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 family=family,
                 url=ofed["__ofed_doca_repo_url"],
                 dest=dest,
-                wants={ofed["__ofed_doca_profile_package"]: ""},
+                wants=[[ofed["__ofed_doca_profile_package"], ""]],
                 key_url=key_url,
                 key_dest=f"doca/{key_name}",
                 fingerprints=ofed["__ofed_doca_key_fingerprints"],
@@ -231,8 +229,8 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 family=family,
                 url=base.rstrip("/") + "/",
                 dest=f"nvidia-container-toolkit/{'deb' if family == 'apt' else 'rpm'}/{arch}",
-                wants={p: version for p in toolkit["__nvidia_container_toolkit_packages"]},
-                pin=version,
+                wants=[[p, version] for p in toolkit["__nvidia_container_toolkit_packages"]],
+                pins=[version],
                 key_url=toolkit["__nvidia_container_toolkit_key_url"],
                 key_dest="nvidia-container-toolkit/gpgkey",
                 fingerprints=toolkit["__nvidia_container_toolkit_key_fingerprints"],
@@ -300,9 +298,13 @@ def _cluster_sources(m: Any) -> list[Source]:
     return found
 
 
-def plan(view: Any, oses: list[str] = ()) -> list[Source]:
+PARTS = ("nodes", "cluster")
+
+
+def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> list[Source]:
     """Every source the inventory's GPU nodes (each for its nodeforge_os, else for each of `oses`) and its cluster
-    layer need, one entry per source with the hosts that need it. view: the inventory as `nodeforge check` read it
+    layer (the settings of its k8s_control host, where `nodeforge k8s` runs, else of the first GPU node) need, one
+    entry per source with the hosts that need it. view: the inventory as `nodeforge check` read it
     (inventory_check.InventoryView), with no problems."""
     from nodeforge.collection import inventory_check, model
 
@@ -319,7 +321,12 @@ def plan(view: Any, oses: list[str] = ()) -> list[Source]:
             raise MirrorError(f"--os {os_id}: expected one of {', '.join(supported)}")
     merged: dict[tuple[str, str], Source] = {}
     hosts = view.hosts_of(model.WORKER_GROUP)
-    for host in hosts:
+
+    def host_model(host: str) -> Any:
+        variables, origins = view.host_variables(host)
+        return model.HostModel(host, inventory_check.plain(variables), origins)
+
+    for host in hosts if "nodes" in parts else []:
         variables, origins = view.host_variables(host)
         m = model.HostModel(host, inventory_check.plain(variables), origins)
         declared = str(variables.get("nodeforge_os") or "")
@@ -338,12 +345,13 @@ def plan(view: Any, oses: list[str] = ()) -> list[Source]:
                 key = (source.kind, source.dest)
                 kept = merged.setdefault(key, source)
                 if kept is not source:
-                    kept.wants |= {k: v for k, v in source.wants.items() if k not in kept.wants}
+                    kept.wants += [w for w in source.wants if w not in kept.wants]
+                    kept.pins += [p for p in source.pins if p not in kept.pins]
                 if host not in kept.hosts:
                     kept.hosts.append(host)
-        if host == hosts[0]:  # the cluster layer's settings: the same on every host (group all)
-            for source in _cluster_sources(m):
-                merged[(source.kind, source.dest)] = source
+    control = view.hosts_of("k8s_control") or hosts[:1]
+    for source in _cluster_sources(host_model(control[0])) if control and "cluster" in parts else []:
+        merged[(source.kind, source.dest)] = source
     return sorted(merged.values(), key=lambda s: s.dest)
 
 
@@ -471,12 +479,26 @@ def _open_new(path: Path, append: bool) -> io.BufferedWriter:
         raise MirrorError(f"{path}: cannot write ({exc.strerror})") from None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def _pin(source: Source) -> tuple[str, str]:
+    """A file's pin as (algorithm, hex digest): sha256 or sha512, as the roles accept them."""
+    algorithm, _, digest = source.checksum.partition(":")
+    if algorithm not in ("sha256", "sha512") or not digest:
+        raise MirrorError(
+            f"{source.name}: checksum {source.checksum!r} ({source.setting}): expected sha256:<hex> or sha512:<hex>"
+        )
+    return algorithm, digest.lower()
+
+
+def _digest(path: Path, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
     with path.open("rb") as handle:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    return _digest(path, "sha256")
 
 
 # ---- keys and signatures ----------------------------------------------------------------------------------------
@@ -630,7 +652,7 @@ def _pull_dnf(source: Source, fetch: Fetcher, keyring: Keyring) -> dict:
 
 def _fetch_packages(source: Source, fetch: Fetcher, base: str, family: str, packages: list) -> dict:
     try:
-        chosen, external = mirror_repo.closure(family, packages, source.wants, source.pin)
+        chosen, external = mirror_repo.closure(family, packages, [tuple(w) for w in source.wants], source.pins)
     except mirror_repo.RepoError as exc:
         raise MirrorError(f"{source.name} ({base}, hosts {', '.join(source.hosts)}): {exc}") from None
     for package in chosen:
@@ -672,8 +694,14 @@ def pull(sources: list[Source], root: Path, progress: Progress = _no_progress) -
             try:
                 entry = asdict(source)
                 if source.kind == "file":
-                    digest = source.checksum.removeprefix("sha256:").lower()
-                    fetch.get(source.name, source.url, source.dest, sha256=digest)
+                    algorithm, digest = _pin(source)
+                    if algorithm == "sha256":
+                        fetch.get(source.name, source.url, source.dest, sha256=digest)
+                    else:  # sha512: fetched when changed upstream, then checked
+                        got = fetch.get(source.name, source.url, source.dest, changing=True)
+                        if _digest(got, algorithm) != digest:
+                            got.unlink()
+                            raise MirrorError(f"{source.url}: does not match the pinned {source.checksum}; not kept")
                 else:
                     key = fetch.get(source.name, source.key_url, source.key_dest, changing=True)
                     keyring = Keyring(source, key, Path(work))
@@ -705,8 +733,8 @@ def verify(root: Path) -> list[str]:
             source = Source(**{k: v for k, v in entry.items() if k in Source.__dataclass_fields__})
             try:
                 if source.kind == "file":
-                    digest = source.checksum.removeprefix("sha256:").lower()
-                    if (root / dest).is_file() and _sha256(root / dest) != digest:
+                    algorithm, digest = _pin(source)
+                    if (root / dest).is_file() and _digest(root / dest, algorithm) != digest:
                         problems.append(f"{dest}: does not match its pin {source.checksum} ({source.setting})")
                     continue
                 keyring = Keyring(source, root / source.key_dest, Path(work))
@@ -721,48 +749,92 @@ def verify(root: Path) -> list[str]:
     return problems
 
 
-def _verify_repo(root: Path, source: Source, keyring: Keyring) -> list[str]:
+def _repo_index(root: Path, source: Source, keyring: Keyring | None = None) -> tuple[list, list[str]]:
+    """The packages a mirrored repository's index lists, and its index files that do not match the signed Release
+    or repomd.xml; with a keyring, that signature is checked first (a MirrorError when it does not verify)."""
     repo = root / source.dest
-    problems = []
+    problems: list[str] = []
+    packages: list = []
     if source.kind == "apt":
-        if (repo / "InRelease").is_file():
-            keyring.verify(f"{source.dest}/InRelease", repo / "InRelease")
-            listed = mirror_repo.release_files((repo / "InRelease").read_text())
-        else:
-            keyring.verify(f"{source.dest}/Release", repo / "Release.gpg", repo / "Release")
-            listed = mirror_repo.release_files((repo / "Release").read_text())
-        packages = []
-        for name, (sha256, _size) in listed.items():
-            if (repo / name).is_file():
-                if _sha256(repo / name) != sha256:
-                    problems.append(f"{source.dest}/{name}: does not match the signed Release file")
-                elif PurePosixPath(name).name.split(".")[0] == "Packages" and not packages:
-                    packages = mirror_repo.apt_packages(
-                        mirror_repo._decompress(name, (repo / name).read_bytes()).decode()
-                    )
-    else:
-        if source.signed_metadata:
-            keyring.verify(
-                f"{source.dest}/repodata/repomd.xml", repo / "repodata/repomd.xml.asc", repo / "repodata/repomd.xml"
-            )
-        packages = []
-        for kind, (location, sha256, _size) in mirror_repo.repomd_files(
-            (repo / "repodata/repomd.xml").read_bytes()
-        ).items():
-            if _sha256(repo / location) != sha256:
-                problems.append(f"{source.dest}/{location}: does not match repomd.xml")
-            elif kind == "primary":
-                packages = mirror_repo.dnf_packages(location, (repo / location).read_bytes())
+        signed = "InRelease" if (repo / "InRelease").is_file() else "Release"
+        if keyring:
+            if signed == "InRelease":
+                keyring.verify(f"{source.dest}/InRelease", repo / "InRelease")
+            else:
+                keyring.verify(f"{source.dest}/Release", repo / "Release.gpg", repo / "Release")
+        for name, (sha256, _size) in mirror_repo.release_files((repo / signed).read_text()).items():
+            if not (repo / name).is_file():
+                continue
+            if _sha256(repo / name) != sha256:
+                problems.append(f"{source.dest}/{name}: does not match the signed Release file")
+            elif PurePosixPath(name).name.split(".")[0] == "Packages" and not packages:
+                packages = mirror_repo.apt_packages(mirror_repo._decompress(name, (repo / name).read_bytes()).decode())
+        return packages, problems
+    repomd = repo / "repodata/repomd.xml"
+    if keyring and source.signed_metadata:
+        keyring.verify(f"{source.dest}/repodata/repomd.xml", repo / "repodata/repomd.xml.asc", repomd)
+    for kind, (location, sha256, _size) in mirror_repo.repomd_files(repomd.read_bytes()).items():
+        if _sha256(repo / location) != sha256:
+            problems.append(f"{source.dest}/{location}: does not match repomd.xml")
+        elif kind == "primary":
+            packages = mirror_repo.dnf_packages(location, (repo / location).read_bytes())
+    return packages, problems
+
+
+def _verify_repo(root: Path, source: Source, keyring: Keyring) -> list[str]:
+    packages, problems = _repo_index(root, source, keyring)
     by_path = {p.path: p for p in packages}
     for line in source_files(root, source):
+        if f"{source.dest}/{line}" == source.key_dest:
+            continue  # the key (cuda-keyring's .deb), checked against the pinned fingerprints
         package = by_path.get(line)
         if package is None:
-            continue
-        if _sha256(repo / line) != package.sha256:
+            problems.append(f"{source.dest}/{line}: not in the repository's signed index")
+        elif _sha256(root / source.dest / line) != package.sha256:
             problems.append(
                 f"{source.dest}/{line}: does not match the repository's signed index ({package.name} {package.version})"
             )
     return problems
+
+
+def missing(view: Any, root: Path, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> list[tuple[Source, str]]:
+    """What the inventory's nodes and cluster need that the mirror at root lacks: (source, what), each pinned file
+    by its sha256, each repository's key, index and the packages a node fetches for the pins (from the mirror's own
+    index). Nothing is fetched."""
+    index = read_index(root)
+    found: list[tuple[Source, str]] = []
+
+    def has(rel: str, sha256: str = "") -> bool:
+        record = index["files"].get(rel)
+        path = root / rel
+        return bool(record) and path.is_file() and not path.is_symlink() and (not sha256 or record["sha256"] == sha256)
+
+    for source in plan(view, oses, parts):
+        if source.kind == "file":
+            algorithm, digest = _pin(source)
+            if not has(source.dest, digest if algorithm == "sha256" else ""):
+                found.append((source, f"{source.dest} ({source.checksum})"))
+            continue
+        entry = index["sources"].get(source.dest)
+        if not entry or entry.get("kind") != source.kind:
+            found.append((source, f"{source.dest}/ (the repository)"))
+            continue
+        if not has(source.key_dest):
+            found.append((source, f"{source.key_dest} (its key)"))
+        signed = ["InRelease", "Release"] if source.kind == "apt" else ["repodata/repomd.xml"]
+        if not any(has(f"{source.dest}/{name}") for name in signed):
+            found.append((source, f"{source.dest}/{signed[0]} (its signed index)"))
+            continue
+        try:
+            packages, changed = _repo_index(root, source)
+            found += [(source, f"{line} (mirror verify)") for line in changed]
+            chosen, _ = mirror_repo.closure(source.family, packages, [tuple(w) for w in source.wants], source.pins)
+        except (OSError, mirror_repo.RepoError) as exc:
+            found.append((source, f"{source.dest}/: {exc}"))
+            continue
+        found += [(source, f"{source.dest}/{p.path} ({p.name} {p.version})") for p in chosen
+                  if not has(f"{source.dest}/{p.path}", p.sha256)]  # fmt: skip
+    return found
 
 
 def source_files(root: Path, source: Source) -> Iterator[str]:

@@ -60,7 +60,12 @@ def register(main: click.Group, check_options: Callable[[Any], Any], inputs_of: 
         type=click.Path(file_okay=False, path_type=Path),
         help="The mirror directory (created; a second pull fetches only what changed upstream).",
     )
-    def pull(json_mode: bool, os_list: str, to: Path, **kw: Any) -> None:
+    @click.option(
+        "--only",
+        type=click.Choice(["nodes", "cluster"]),
+        help="Only what the nodes install, or only what `nodeforge k8s` renders and applies.",
+    )
+    def pull(json_mode: bool, os_list: str, to: Path, only: str | None, **kw: Any) -> None:
         """Fetch what the inventory's nodes and cluster install into the mirror, each file verified by its pin or
         its repository's signature."""
         console = Console(stderr=json_mode)
@@ -74,9 +79,38 @@ def register(main: click.Group, check_options: Callable[[Any], Any], inputs_of: 
         from nodeforge import mirror
 
         oses = [o.strip() for o in os_list.split(",") if o.strip()]
-        _pull(console, json_mode, _call(mirror.plan, inputs.view, oses), to)
+        parts = (only,) if only else mirror.PARTS
+        _pull(console, json_mode, _call(mirror.plan, inputs.view, oses, parts), to)
 
     main.add_command(mirror_group)
+
+
+def missing_problems(view: Any, root: Path) -> list:
+    """`nodeforge check --mirror DIR`: one problem per artefact the inventory needs that DIR lacks, naming the hosts
+    that need it and the setting that pins it."""
+    from nodeforge import mirror
+    from nodeforge.collection import inventory_check
+
+    if not (root / mirror.INDEX).is_file():
+        return [
+            inventory_check.Problem(
+                str(root), "", "", f"no {mirror.INDEX}", "a directory written by nodeforge mirror pull"
+            )
+        ]
+    try:
+        found = mirror.missing(view, root)
+    except mirror.MirrorError as exc:
+        return [inventory_check.Problem(str(root), "", "", str(exc), "what the mirror can be checked for")]
+    return [
+        inventory_check.Problem(
+            str(root),
+            f"hosts {', '.join(source.hosts)}" if source.hosts else "the cluster (k8s render and apply)",
+            source.setting,
+            f"{what} not in the mirror",
+            "pulled by nodeforge mirror pull from this inventory",
+        )
+        for source, what in found
+    ]
 
 
 def _pull(console: Console, json_mode: bool, sources: list[mirror.Source], to: Path) -> None:

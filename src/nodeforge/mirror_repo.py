@@ -373,12 +373,15 @@ def matches_pin(package: Package, pin: str) -> bool:
     return version == pin or package.upstream_version() == pin or version.startswith((pin + "-", pin + "~"))
 
 
-def closure(family: str, packages: list[Package], wants: dict[str, str], pin: str) -> tuple[list[Package], list[str]]:
-    """The packages a node fetches from this repository for `wants` (name -> version, "" for the newest), and the
-    dependencies the repository does not provide (the distribution's own archive does).
+def closure(
+    family: str, packages: list[Package], wants: Iterable[tuple[str, str]], pins: Iterable[str] = ()
+) -> tuple[list[Package], list[str]]:
+    """The packages a node fetches from this repository for `wants` ((name, version) pairs, "" for the newest), and
+    the dependencies the repository does not provide (the distribution's own archive does).
 
     For each wanted package: the pinned version (a RepoError when the repository has none). For each dependency: the
-    newest version that satisfies it, and the version of `pin` where one satisfies it too."""
+    newest version that satisfies it, and those of `pins` (the versions the nodes pin) that satisfy it too."""
+    pins = [p for p in pins if p]
     compare = _compare(family)
     by_name: dict[str, list[Package]] = {}
     providers: dict[str, list[tuple[Package, str]]] = {}
@@ -391,7 +394,7 @@ def closure(family: str, packages: list[Package], wants: dict[str, str], pin: st
     chosen: dict[tuple[str, str, str], Package] = {}
     external: list[str] = []
     queue: list[Package] = []
-    for name, version in wants.items():
+    for name, version in wants:
         candidates = by_name.get(name, [])
         picked = [p for p in candidates if matches_pin(p, version)] if version else candidates
         if not picked:
@@ -414,7 +417,7 @@ def closure(family: str, packages: list[Package], wants: dict[str, str], pin: st
                 external.append(" | ".join(f"{n} ({o} {w})" if o else n for n, o, w in clause))
                 continue
             queue.append(max(candidates, key=key))
-            queue += [p for p in candidates if matches_pin(p, pin)]
+            queue += [p for p in candidates if any(matches_pin(p, pin) for pin in pins)]
     ordered = sorted(chosen.values(), key=lambda p: (p.name, p.path))
     return ordered, sorted(set(external))
 
