@@ -177,7 +177,14 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
             )
         )
 
-    ofed = settings.ofed(m, {"os_id": os_id})
+    # The ofed role names an EL node rhel<major> (RHEL and Rocky alike: one DOCA repository per EL major).
+    ofed_os = f"rhel{os_id[-1]}" if os_id in EL_OSES else os_id
+    ofed = settings.ofed(m, {"os_id": ofed_os})
+    if ofed["__ofed_mode"] == "mlnx_ofed" and os_id in EL_OSES and ofed["__ofed_mlnx_url_from"] != "ofed_mlnx_ofed_url":
+        raise MirrorError(
+            "ofed_mlnx_ofed_url: MLNX_OFED's EL tarballs are named by the node's minor release (rhel9.4), which the "
+            "inventory does not say: set ofed_mlnx_ofed_url to the tarball the nodes install"
+        )
     if ofed["__ofed_mode"] == "doca":
         version, distro = ofed["__ofed_version"], ofed["__ofed_distro"]
         key_url = ofed["__ofed_doca_key_url"]
