@@ -76,7 +76,6 @@ def inventory(tmp_path: Path, upstream, hosts: dict, **extra) -> Path:
             "cuda_repo": {
                 "baseurl": url + "/compute/cuda/repos/{distro}/x86_64/",
                 "key_url_rpm": url + "/compute/cuda/repos/{distro}/x86_64/D42D0685.pub",
-                "key_url_deb": url + "/compute/cuda/repos/{distro}/x86_64/cuda-keyring_1.1-1_all.deb",
                 "keyring_fingerprints": fingerprints,
                 "key_fingerprints_rpm": fingerprints,
             }

@@ -138,7 +138,6 @@ def test_overrides_point_each_planned_source_at_the_mirror(tmp_path):
             "nvidia_driver": {
                 "cuda_repo": {
                     "baseurl": "https://mirror.site:8443/cuda/{distro}/",
-                    "key_url_deb": "https://mirror.site:8443/cuda/{distro}/cuda-keyring_1.1-1_all.deb",
                 }
             },
             "ofed": {

@@ -135,14 +135,17 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
         wants += [[sets["dkms"], wanted]] if sets.get("dkms") else []
         if family == "apt":
             wants += [[f"nvidia-driver-pinning-{branch}", ""]]
-            key_url = _expand(cuda["key_url_deb"], distro=distro)
+            # cuda-keyring, as the role fetches it: from the repository, by the manifest's file name.
+            key_url = base.rstrip("/") + "/" + PurePosixPath(cuda["key_url_deb"]).name
             fingerprints = list(cuda.get("keyring_fingerprints") or [])
         else:
             key_url = _expand(cuda["key_url_rpm"], distro=distro)
             fingerprints = list(cuda.get("key_fingerprints_rpm") or [])
         dest = f"cuda/{distro}"
         key_name = PurePosixPath(key_url).name
-        key_kind = "deb" if family == "apt" else "rpm"
+        overrides = {"nvidia_driver.cuda_repo.baseurl": "cuda/{distro}/"}
+        if family == "dnf":
+            overrides["nvidia_driver.cuda_repo.key_url_rpm"] = f"cuda/{{distro}}/{key_name}"
         found.append(
             Source(
                 name=f"cuda {distro}",
@@ -159,10 +162,7 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 setting="nvidia_driver_cuda_repo_url"
                 if _value(m, "nvidia_driver_cuda_repo_url")
                 else "version manifest nvidia_driver.cuda_repo.baseurl",
-                overrides={
-                    "nvidia_driver.cuda_repo.baseurl": "cuda/{distro}/",
-                    f"nvidia_driver.cuda_repo.key_url_{key_kind}": f"cuda/{{distro}}/{key_name}",
-                },
+                overrides=overrides,
             )
         )
     elif source == "grid":
