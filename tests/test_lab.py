@@ -464,19 +464,63 @@ def test_lab_provisions_a_node_and_reprovisions_it_changing_nothing(tmp_path):
 MIXED = ["debian13", "rocky8", "rocky9", "rhel8", "rhel9", "ubuntu22.04", "ubuntu24.04"]
 
 
+def pulled_mirror(tmp_path: Path, nodes: list[str], oses: list[str]) -> tuple[Path, Path]:
+    """The air-gapped site in small: the vendors' stand-ins (tools/lab_mirror.py) served on the host's loopback play
+    upstream; `nodeforge mirror pull --only nodes` takes what the nodes install (the lab's inventory, each node's
+    nodeforge_os declared, its URLs at that upstream); upstream is stopped. What the nodes are then served is the
+    pulled mirror beside the distributions' stand-ins (Ubuntu's archive, EPEL, Rocky's and RHEL's repositories: a
+    site's own distribution mirror), with none of the vendors' paths: every vendor package a node installs comes from
+    the pulled mirror, by the URLs `nodeforge mirror overrides` wrote into the lab's inventory."""
+    import functools
+    import http.server
+    import threading
+
+    upstream, pulled, served = tmp_path / "upstream", tmp_path / "pulled", tmp_path / "served"
+    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(upstream)], check=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(upstream))
+    handler.log_message = lambda *_: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    node_os = dict(zip(nodes, oses, strict=True))
+    declared = {n: {"nodeforge_os": o} for n, o in node_os.items()}
+    site = lab.inventory(nodes, True, lab.mirror_fingerprints(upstream), declared, node_os)
+    inventory = tmp_path / "site.yml"
+    inventory.write_text(
+        yaml.safe_dump(site).replace("http://127.0.0.1:8083/", f"http://127.0.0.1:{server.server_port}/")
+    )
+    try:
+        pull = CliRunner().invoke(main, ["mirror", "pull", "-i", str(inventory), "--only", "nodes", "--to", str(pulled),
+                                         "--json"])  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert pull.exit_code == 0, pull.output
+    sources = json.loads(pull.stdout)["sources"]
+    assert sorted(sources) == ["cuda rhel8", "cuda rhel9", "cuda ubuntu2404", "doca 3.4.1 ubuntu24.04",
+                               "nvidia-container-toolkit apt", "nvidia-container-toolkit dnf"], sources  # fmt: skip
+    shutil.copytree(pulled, served)
+    for distribution in lab.DISTRIBUTION_PATHS:
+        shutil.copytree(upstream / distribution, served / distribution)
+    return upstream, served
+
+
 def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, oses: list[str]) -> None:
-    """`lab up --os OS,... --mirror DIR --provision` through the CLI, one node per OS: each with its OS's driver, RDMA
-    and toolkit packages read from its own package manager (dpkg and apt, or rpm and dnf), then a no-op re-provision
-    with 0 changed on every node."""
-    mirror = tmp_path / "mirror"
-    subprocess.run([sys.executable, str(REPO / "tools" / "lab_mirror.py"), str(mirror)], check=True)
+    """`lab up --os OS,... --mirror DIR --provision` through the CLI, one node per OS, DIR a `nodeforge mirror pull`
+    (pulled_mirror): each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and
+    apt, or rpm and dnf), then a no-op re-provision with 0 changed on every node."""
     nodes = [f"nodeforge-{name}-{i}" for i in range(1, len(oses) + 1)]
+    upstream, mirror = pulled_mirror(tmp_path, nodes, oses)
     try:
         up = CliRunner().invoke(main, ["lab", "up", "--os", ",".join(oses), "--mirror", str(mirror), "--provision",
                                        "--json", "--name", name])  # fmt: skip
         assert up.exit_code == 0, up.output
         summary = json.loads(up.stdout)
-        provisioned_lab_is_what_the_roles_say(name, nodes, summary, dict(zip(nodes, oses, strict=True)), mirror)
+        # The lab's inventory points every vendor source at the pulled mirror's layout on the node.
+        written = yaml.safe_load(lab.inventory_path(name).read_text())["all"]["children"]["gpu_nodes"]["vars"]
+        assert written["nodeforge_manifest_overrides_mirror"]["nvidia_driver"]["cuda_repo"]["baseurl"] == (
+            "http://127.0.0.1:8083/cuda/{distro}/"
+        )
+        provisioned_lab_is_what_the_roles_say(name, nodes, summary, dict(zip(nodes, oses, strict=True)), upstream)
         # dnf's lock list, with the time of each `dnf versionlock add` in it: a no-op that released and locked again
         # (and hid it with changed_when) would leave other times.
         el_nodes = [node for node, node_os in zip(nodes, oses, strict=True) if PACKAGING[node_os] == "rpm"]

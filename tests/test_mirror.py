@@ -247,23 +247,16 @@ def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm
             "Debug::NoLocking=1",
         ]
         subprocess.run(["apt-get", *options, "update"], check=True, capture_output=True)
-        got = subprocess.run(
-            ["apt-get", *options, "download", "nvidia-container-toolkit=1.20.0-1"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+
+        def download(version: str) -> subprocess.CompletedProcess:
+            argv = ["apt-get", *options, "download", f"nvidia-container-toolkit={version}"]
+            return subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+
+        got = download("1.20.0-1")
         assert got.returncode == 0, got.stderr
         assert (tmp_path / "nvidia-container-toolkit_1.20.0-1_amd64.deb").is_file()
         # A package the mirror does not hold (not pinned: 1.19.1) is in the signed index, and not served.
-        missing = subprocess.run(
-            ["apt-get", *options, "download", "nvidia-container-toolkit=1.19.1-1"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        missing = download("1.19.1-1")
         assert missing.returncode != 0 and "404" in missing.stderr
     # rpm's own signature and digest check of the mirrored RPMs, with the key the mirror keeps.
     db = tmp_path / "rpmdb"
@@ -395,3 +388,32 @@ def test_k8s_render_works_offline_from_the_mirror(tmp_path):
     for name, file in releases.items():
         release = [d for d in yaml.safe_load_all((UPSTREAM_MANIFESTS / file).read_text()) if d]
         assert [f"{o['kind']} {o['metadata']['name']}" for o in release if o not in objects] == [], name
+
+
+def test_serve_answers_over_tls_with_the_sites_certificate(tmp_path, upstream):
+    import ssl
+    import urllib.request
+
+    inv = inventory(tmp_path, upstream, {"node-r9": SITE["node-r9"]})
+    to = tmp_path / "mirror"
+    assert run("mirror", "pull", "-i", str(inv), "--to", str(to), "--only", "cluster").returncode == 0
+    cert, key = tmp_path / "mirror.pem", tmp_path / "mirror.key"
+    openssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+    subprocess.run([*openssl, "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    argv = [*NODEFORGE, "mirror", "serve", str(to), "--port", "0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    server = subprocess.Popen([*argv, "--json"], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not lines or lines[-1] != "}\n":
+            lines.append(server.stdout.readline())
+        url = json.loads("".join(lines))["url"]
+        assert url.startswith("https://127.0.0.1:")
+        context = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(url + "files/mpi_operator/v0.8.0/mpi-operator.yaml", context=context) as answer:
+            assert answer.read() == (to / "files/mpi_operator/v0.8.0/mpi-operator.yaml").read_bytes()
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            urllib.request.urlopen(url + mirror.INDEX, context=ssl.create_default_context())
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -10,6 +10,7 @@ import pytest
 
 from nodeforge import checks, mirror
 from nodeforge.collection import inventory_check
+from tests.test_overrides import GRID
 
 REPO = Path(__file__).resolve().parents[1]
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -22,14 +23,6 @@ TOOLKIT_PACKAGES = [
     ["libnvidia-container-tools", "1.20.0"],
     ["libnvidia-container1", "1.20.0"],
 ]
-GRID = {
-    "version": "580.95.05",
-    "package": "nvidia-linux-grid-580",
-    "deb": {
-        "url": "http://licensing.example/nvidia-linux-grid-580_580.95.05_amd64.deb",
-        "checksum": "sha256:" + "a" * 64,
-    },
-}
 
 
 def planned(sample: str, extra: dict | None = None) -> dict[str, tuple]:

@@ -224,3 +224,17 @@ type="sha256">cd</checksum><location href="repodata/cd-modules.yaml.gz"/></data>
         mirror_repo.repomd_files(repomd.replace(b'"sha256">cd', b'"md5">cd'))
     with pytest.raises(mirror_repo.RepoError, match="lists no primary metadata"):
         mirror_repo.repomd_files(b'<repomd xmlns="http://linux.duke.edu/metadata/repo"/>')
+
+
+def test_recommended_and_weak_dependencies_are_fetched_as_apt_and_dnf_install_them():
+    index = _stanza("nvidia-open", "580.126.20-1", "nvidia-kernel-common") + "Recommends: nvidia-settings\n\n"
+    index += _stanza("nvidia-kernel-common", "580.126.20-1") + "\n" + _stanza("nvidia-settings", "580.126.20-1")
+    chosen, _ = mirror_repo.closure("apt", mirror_repo.apt_packages(index), [("nvidia-open", "580.126.20")])
+    assert [p.name for p in chosen] == ["nvidia-kernel-common", "nvidia-open", "nvidia-settings"]
+    weak = PRIMARY.replace(
+        '<rpm:requires><rpm:entry name="nvidia-kmod"/></rpm:requires>',
+        '<rpm:recommends><rpm:entry name="nvidia-kmod"/></rpm:recommends>',
+    )
+    packages = mirror_repo.dnf_packages("primary.xml", weak.encode())
+    chosen, _ = mirror_repo.closure("dnf", packages, [("nvidia-open", "580.126.20")], ["580.126.20"])
+    assert "Packages/kmod.rpm" in [p.path for p in chosen]

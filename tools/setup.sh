@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 # (molecule/fixture_repo/fixture_rpm.py, lab/base-image/el.sh).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs conmon containernetworking-plugins
   dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng qemu-system-x86 qemu-utils
-  rpm createrepo-c python3-yaml)
+  rpm createrepo-c python3-yaml openssl)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -706,7 +706,8 @@ def _lab_call(func: Any, *args: Any) -> Any:
     "mirror",
     type=click.Path(path_type=Path),
     help="A local copy of the vendors' repositories in their layouts (tools/lab_mirror.py builds the lab's) to serve "
-    "to the nodes.",
+    "to the nodes, or a `nodeforge mirror pull` directory with the distributions' stand-ins beside it (the lab's "
+    "inventory then points at the pulled mirror).",
 )
 @_lab_name
 def lab_up(

@@ -473,10 +473,12 @@ def inventory(
     fingerprints: list[str] | None = None,
     host_vars: dict[str, dict] | None = None,
     oses: dict[str, str] | None = None,
+    mirror_vars: dict | None = None,
 ) -> dict:
     """The lab's inventory: the sample's group vars for these nodes, each node's connection values (ssh_host_vars)
     as its host vars, each node not on Debian 12 in its OS's group (oses: node -> OS), the mirror key's fingerprints
-    pinned; without a mirror, the vendors' own repositories."""
+    pinned; without a mirror, the vendors' own repositories. mirror_vars: what `nodeforge mirror overrides` writes
+    for a pulled mirror (merged over the sample's vendor-layout URLs)."""
     data = sample()
     group = data["all"]["children"][GROUP]
     group["hosts"] = {h: (host_vars or {}).get(h) for h in hosts}
@@ -495,6 +497,7 @@ def inventory(
         _pin(group["vars"]["nodeforge_manifest_overrides"], fingerprints)
     if not mirror:
         group["vars"].pop("nodeforge_manifest_overrides")
+    group["vars"].update(mirror_vars or {})
     return data
 
 
@@ -505,6 +508,7 @@ def write_inventory(
     fingerprints: list[str] | None = None,
     ports: dict[str, int] | None = None,
     oses: dict[str, str] | None = None,
+    mirror_vars: dict | None = None,
 ) -> Path:
     """The lab's inventory file; hosts with a port in ports are reached over SSH on that loopback port."""
     host_vars = {h: ssh_host_vars(name, port, login_user(h)) for h, port in (ports or {}).items()}
@@ -514,14 +518,24 @@ def write_inventory(
         "# Written by `nodeforge lab up` from the sample inventories/lab/hosts.yml: the lab's container nodes, each\n"
         "# reached over SSH on its loopback port with the lab's key and known_hosts (host key checking on).\n"
     )
-    data = inventory(hosts, mirror, fingerprints, host_vars, oses)
+    data = inventory(hosts, mirror, fingerprints, host_vars, oses, mirror_vars)
     path.write_text(header + yaml.safe_dump(data, sort_keys=False))
     return path
 
 
 def mirror_fingerprints(mirror: Path) -> list[str]:
-    """The primary-key fingerprints of the mirror's signing key (the file the inventory's key_url names)."""
+    """The primary-key fingerprints of the mirror's signing key (the file the inventory's key_url names); of a
+    `nodeforge mirror pull` directory, its sources' keys as the pull checked them."""
     from nodeforge.collection import parsers
+
+    if is_nodeforge_mirror(mirror):
+        from nodeforge import mirror as mirror_module
+
+        try:
+            sources = mirror_module.read_index(mirror)["sources"].values()
+        except mirror_module.MirrorError as exc:
+            raise LabError(f"--mirror: {exc}") from exc
+        return sorted({f for source in sources for f in source.get("key_primary") or []})
 
     key = mirror / urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"]).path.lstrip("/")
     try:
@@ -530,9 +544,24 @@ def mirror_fingerprints(mirror: Path) -> list[str]:
         raise LabError(f"--mirror: {key} is not an armored OpenPGP public key: {exc}") from exc
 
 
+# What of MIRROR_PATHS is the distributions' (Ubuntu's archive, EPEL, Rocky's and RHEL's repositories, their keys):
+# what a site serves from its own distribution mirror beside a `nodeforge mirror pull` directory.
+DISTRIBUTION_PATHS = ("ubuntu/", "keys/", "pub/epel/", "rocky/", "content/")
+
+
+def is_nodeforge_mirror(mirror: Path) -> bool:
+    """A directory `nodeforge mirror pull` wrote (its index at the top), served beside the distributions' stand-ins."""
+    from nodeforge import mirror as mirror_module
+
+    return (mirror / mirror_module.INDEX).is_file()
+
+
 def check_mirror(mirror: Path, oses: list[str] | tuple[str, ...] = (DEFAULT_OS,)) -> None:
-    """A mirror has the vendors' layout: what each node OS of the lab installs from it (MIRROR_PATHS)."""
+    """A mirror has the vendors' layout: what each node OS of the lab installs from it (MIRROR_PATHS); or it is a
+    `nodeforge mirror pull` directory, with the distributions' stand-ins beside it."""
     wanted = list(dict.fromkeys(p for node_os in oses for p in MIRROR_PATHS[node_os]))
+    if is_nodeforge_mirror(mirror):
+        wanted = [p for p in wanted if p.startswith(DISTRIBUTION_PATHS)]
     missing = [p for p in wanted if not (mirror / p).is_file()]
     if not mirror.is_dir() or missing:
         raise LabError(
@@ -596,10 +625,23 @@ def up(name: str, count: int, mirror: Path | None = None, oses: list[str] | None
     for container in all_nodes:
         _wait_ssh(name, container, ports[container], user=login_user(container))
     fingerprints = mirror_fingerprints(mirror) if mirror is not None else None
-    path = write_inventory(name, all_nodes, mirror is not None, fingerprints, ports, node_oses)
+    path = write_inventory(name, all_nodes, mirror is not None, fingerprints, ports, node_oses, _pulled_vars(mirror))
     if mirror is not None:
         _serve_mirror(path, mirror)
     return path
+
+
+def _pulled_vars(mirror: Path | None) -> dict | None:
+    """For a `nodeforge mirror pull` directory: its overrides, at the address the nodes serve it on (the sample's)."""
+    if mirror is None or not is_nodeforge_mirror(mirror):
+        return None
+    from nodeforge import mirror as mirror_module
+
+    address = urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"])
+    try:
+        return mirror_module.overrides(mirror, f"{address.scheme}://{address.netloc}")
+    except mirror_module.MirrorError as exc:
+        raise LabError(f"--mirror: {exc}") from exc
 
 
 def _first_start(name: str, container: str) -> None:

@@ -90,22 +90,16 @@ def rpmvercmp(a: str, b: str) -> int:
         while j < len(b) and not b[j].isalnum() and b[j] not in "~^":
             j += 1
         x, y = a[i : i + 1], b[j : j + 1]
-        if "~" in (x, y):
-            if x != "~":
-                return 1
-            if y != "~":
-                return -1
-            i, j = i + 1, j + 1
-            continue
-        if "^" in (x, y):
-            if not x:
-                return -1
-            if not y:
-                return 1
-            if x != "^":
-                return 1
-            if y != "^":
-                return -1
+        for mark, at_end in (("~", 1), ("^", -1)):  # at_end: the order of the end against the mark
+            if mark in (x, y):
+                if x != mark:
+                    return at_end if not x or mark == "~" else 1
+                if y != mark:
+                    return -at_end if not y or mark == "~" else -1
+                break
+        else:
+            mark = ""
+        if mark:
             i, j = i + 1, j + 1
             continue
         if not (x and y):
@@ -217,7 +211,10 @@ def apt_packages(text: str) -> list[Package]:
                 path=s["Filename"].removeprefix("./"),
                 sha256=s["SHA256"].lower(),
                 size=int(s.get("Size") or 0),
-                depends=_deb_relations(", ".join(filter(None, (s.get("Pre-Depends"), s.get("Depends"))))),
+                # Recommends too: apt installs them unless told not to (the CUDA repository's sets do not say).
+                depends=_deb_relations(
+                    ", ".join(filter(None, (s.get(f) for f in ("Pre-Depends", "Depends", "Recommends"))))
+                ),
                 provides=provides,
                 arch=s.get("Architecture", ""),
             )
@@ -302,9 +299,11 @@ def dnf_packages(name: str, data: bytes) -> list[Package]:
             raise RepoError(f"{name}: a package without version, checksum or location")
         size = pkg.find("common:size", _NS)
         fmt = pkg.find("common:format", _NS)
+        # Weak dependencies too: dnf installs them (install_weak_deps defaults to true).
         requires = [
             [(e.get("name", ""), _RPM_FLAGS.get(e.get("flags", ""), ""), _rpm_evr(e))]
-            for e in _rpm_entries(fmt, "requires")
+            for tag in ("requires", "recommends")
+            for e in _rpm_entries(fmt, tag)
             if not e.get("name", "").startswith("rpmlib(")
         ]
         provides = [(e.get("name", ""), _rpm_evr(e)) for e in _rpm_entries(fmt, "provides")]
