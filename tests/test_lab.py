@@ -504,6 +504,32 @@ def pulled_mirror(tmp_path: Path, nodes: list[str], oses: list[str]) -> tuple[Pa
     return upstream, served
 
 
+def a_planted_key_is_refused_on_the_node(tmp_path: Path, name: str, node: str, upstream: Path) -> None:
+    """Another key where the mirror has the toolkit's (on one node's served copy, as a tampered mirror would serve
+    it): the role on that node refuses it against the pinned fingerprint, naming the key file's URL and the key it
+    holds, and installs nothing; the other nodes pass."""
+    home = tmp_path / "attacker"
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--batch", "--homedir", str(home), "--passphrase", ""]
+    subprocess.run([*gpg, "--quick-gen-key", "attacker <attacker@example.invalid>", "ed25519", "sign", "1d"],
+                   check=True, capture_output=True)  # fmt: skip
+    planted = subprocess.run([*gpg, "--armor", "--export"], check=True, capture_output=True, text=True).stdout
+    listed = subprocess.run([*gpg, "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
+    fingerprint = next(line.split(":")[9] for line in listed.splitlines() if line.startswith("fpr:"))
+    served = "/srv/nodeforge-lab-repo/nvidia-container-toolkit/gpgkey"
+    copy = subprocess.run(["podman", "exec", "-i", node, "sh", "-c", f"cat > {served}"], input=planted, text=True,
+                          capture_output=True, env=lab.podman_env(), check=False)  # fmt: skip
+    assert copy.returncode == 0, copy.stderr
+    run = CliRunner().invoke(main, ["lab", "provision", "--tags", "nvidia_container_toolkit", "--json", "--name", name])
+    assert run.exit_code == 2, run.output
+    [failure] = json.loads(run.stdout)["failures"]
+    assert failure["host"] == node
+    message = " ".join(failure["message"].split())
+    assert "file at http://127.0.0.1:8083/nvidia-container-toolkit/gpgkey holds the key(s) " in message, message
+    assert f"holds the key(s) {fingerprint}, of which the version manifest does not pin {fingerprint} " in message
+    assert f"(pinned: {mirror_fingerprint(upstream)}); nothing was installed" in message
+
+
 def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, oses: list[str]) -> None:
     """`lab up --os OS,... --mirror DIR --provision` through the CLI, one node per OS, DIR a `nodeforge mirror pull`
     (pulled_mirror): each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and
@@ -528,6 +554,7 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
         assert all("nvidia-container-toolkit-0:" in text for text in locks.values()), locks
         reprovision_changes_nothing(name)
         assert {node: _exec(node, "cat", "/etc/dnf/plugins/versionlock.list").stdout for node in el_nodes} == locks
+        a_planted_key_is_refused_on_the_node(tmp_path, name, nodes[0], upstream)
         # The nodes' OSes are the lab's: `lab up` again with another list refuses, and removes nothing.
         other = "debian13" if oses[0] != "debian13" else "debian12"
         again = CliRunner().invoke(main, ["lab", "up", "--os", other, "--name", name])
