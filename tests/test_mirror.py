@@ -417,3 +417,19 @@ def test_serve_answers_over_tls_with_the_sites_certificate(tmp_path, upstream):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_mirror_whose_index_is_lost_is_indexed_again_without_fetching_its_packages(tmp_path, upstream):
+    inv = inventory(tmp_path, upstream, SITE)
+    to = tmp_path / "mirror"
+    first = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
+    assert first.returncode == 0, first.stdout
+    (to / mirror.INDEX).unlink()
+    RangeHandler.requests.clear()
+    again = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
+    assert again.returncode == 0, again.stdout
+    # Packages and pinned files are checked by their sha256 where they lie; only keys and signed indexes come again.
+    assert [p for p, _ in RangeHandler.requests if "/pool/" in p or "/Packages/" in p or p.endswith(".yaml")] == []
+    files = {name: s["files"] for name, s in json.loads(again.stdout)["sources"].items()}
+    assert files == {name: s["files"] for name, s in json.loads(first.stdout)["sources"].items()}
+    assert run("mirror", "verify", str(to)).returncode == 0

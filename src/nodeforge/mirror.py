@@ -172,7 +172,7 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 "grid",
                 package.get("url"),
                 package.get("checksum"),
-                f"nvidia_driver.grid.{'deb' if family == 'apt' else 'rpm'}",
+                f"version manifest nvidia_driver.grid.{'deb' if family == 'apt' else 'rpm'}.checksum",
                 f"nvidia_driver.grid.{'deb' if family == 'apt' else 'rpm'}.url",
             )
         )
@@ -241,7 +241,9 @@ def _host_sources(m: Any, os_id: str) -> list[Source]:
                 key_url=toolkit["__nvidia_container_toolkit_key_url"],
                 key_dest="nvidia-container-toolkit/gpgkey",
                 fingerprints=toolkit["__nvidia_container_toolkit_key_fingerprints"],
-                setting=f"version manifest nvidia_container_toolkit.{url_key}",
+                setting="nvidia_container_toolkit_repo_url"
+                if _value(m, "nvidia_container_toolkit_repo_url")
+                else f"version manifest nvidia_container_toolkit.{url_key}",
                 overrides={
                     f"nvidia_container_toolkit.{url_key}": "nvidia-container-toolkit/deb/$(ARCH)"
                     if family == "apt"
@@ -424,8 +426,9 @@ class Fetcher:
             if sha256 and record.get("sha256") == sha256 and target.stat().st_size == record.get("size"):
                 self.tally.add(source, 0, record["size"])
                 return target
-            if sha256 and _sha256(target) == sha256:
+            if sha256 and _sha256(target) == sha256:  # there, but not in the index (an index lost or older)
                 self._record(source, rel, target, url, {})
+                self.tally.add(source, 0, target.stat().st_size)
                 return target
         headers = {}
         if changing and target.is_file() and record.get("sha256") == _sha256(target):
