@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from nodeforge import lab, mirror
+from nodeforge.collection import parsers
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_MANIFESTS = REPO.parent / "shared" / "reference" / "upstream-manifests"
@@ -233,7 +234,7 @@ def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm
             (apt / sub).mkdir(parents=True)
         (apt / "var/lib/dpkg/status").write_text("")
         keyring = apt / "toolkit.gpg"
-        keyring.write_bytes(mirror._dearmor((to / "nvidia-container-toolkit/gpgkey").read_text()))
+        keyring.write_bytes(parsers.openpgp_dearmor((to / "nvidia-container-toolkit/gpgkey").read_text()))
         deb_url = overrides["nvidia_container_toolkit"]["deb_url"].replace("$(ARCH)", "amd64")
         (apt / "etc/apt/sources.list").write_text(f"deb [signed-by={keyring}] {deb_url} /\n")
         options = [

@@ -240,3 +240,11 @@ def test_armor_without_the_blank_line_after_begin_is_read():
     assert parsers.openpgp_fingerprints(armored.replace(begin + "\n", begin, 1)) == parsers.openpgp_fingerprints(
         armored
     )
+
+
+def test_dearmor_writes_the_keyring_gpg_dearmor_writes():
+    both = "".join((OUTPUTS / key).read_text() for key in KEYS)
+    dearmored = subprocess.run(["gpg", "--dearmor"], input=both.encode(), capture_output=True, check=True).stdout
+    assert parsers.openpgp_dearmor(both) == dearmored
+    with pytest.raises(parsers.ParseError, match="not an ASCII-armored OpenPGP public key block"):
+        parsers.openpgp_dearmor("<html>not a key</html>")

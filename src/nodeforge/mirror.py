@@ -336,9 +336,8 @@ def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> lis
         return model.HostModel(host, inventory_check.plain(variables), origins)
 
     for host in hosts if "nodes" in parts else []:
-        variables, origins = view.host_variables(host)
-        m = model.HostModel(host, inventory_check.plain(variables), origins)
-        declared = str(variables.get("nodeforge_os") or "")
+        m = host_model(host)
+        declared = str(m.variables.get("nodeforge_os") or "")
         host_oses = [declared] if declared else list(oses)
         if not host_oses:
             raise MirrorError(
@@ -512,23 +511,6 @@ def _sha256(path: Path) -> str:
 
 
 # ---- keys and signatures ----------------------------------------------------------------------------------------
-def _dearmor(armored: str) -> bytes:
-    import base64
-
-    blocks, body = [], None
-    for line in armored.splitlines():
-        if line.startswith("-----BEGIN PGP PUBLIC KEY BLOCK-----"):
-            body = []
-        elif line.startswith("-----END PGP PUBLIC KEY BLOCK-----") and body is not None:
-            if "" in body and all(":" in b for b in body[: body.index("")]):
-                body = body[body.index("") + 1 :]  # armor headers (Version: ..., Comment: ...)
-            blocks.append(base64.b64decode("".join(b for b in body if b and not b.startswith("="))))
-            body = None
-        elif body is not None:
-            body.append(line.strip())
-    return b"".join(blocks)
-
-
 def _deb_member(deb: bytes, path: str) -> bytes:
     """A file of a .deb's data archive (ar, then data.tar.xz/gz/bz2), read here: no dpkg needed."""
     if not deb.startswith(b"!<arch>\n"):
@@ -566,17 +548,10 @@ class Keyring:
                 data = _deb_member(data, CUDA_KEYRING)
             except MirrorError as exc:
                 raise MirrorError(f"{source.name}: {source.key_url}: {exc}") from None
-        armored = data.decode("ascii", "replace") if data.lstrip().startswith(b"-----BEGIN PGP") else ""
-        binary = _dearmor(armored) if armored else data
-        import base64
-
-        text = armored or (
-            "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\n"
-            + base64.encodebytes(binary).decode()
-            + "-----END PGP PUBLIC KEY BLOCK-----\n"
-        )
         try:
-            primary = parsers.openpgp_fingerprints(text)["primary"]
+            if data.lstrip().startswith(b"-----BEGIN PGP"):
+                data = parsers.openpgp_dearmor(data.decode("ascii", "replace"))
+            primary = parsers.keyring_fingerprints(data)["primary"]
         except ValueError as exc:
             raise MirrorError(f"{source.name}: {source.key_url} is not an OpenPGP public key: {exc}") from None
         pinned = [f.replace(" ", "").upper() for f in source.fingerprints]
@@ -586,9 +561,8 @@ class Keyring:
                 f"pinned {', '.join(pinned)}"
             )
         self.primary = primary
-        self.pinned = bool(pinned)
         self.path = workdir / (source.dest.replace("/", "_") + ".gpg")
-        self.path.write_bytes(binary)
+        self.path.write_bytes(data)
 
     def verify(self, what: str, signed: Path, data: Path | None = None) -> None:
         argv = ["gpgv", "--keyring", str(self.path), str(signed)] + ([str(data)] if data else [])
@@ -732,23 +706,34 @@ def verify(root: Path) -> list[str]:
     if not index["files"]:
         return [f"{root}: no {INDEX} with files (expected a directory written by nodeforge mirror pull)"]
     problems = []
+    hashed: dict[Path, str] = {}
+
+    def sha256(path: Path) -> str:  # each file read once, whichever check asks first
+        if path not in hashed:
+            hashed[path] = _sha256(path)
+        return hashed[path]
+
     for rel, record in sorted(index["files"].items()):
         path = root / rel
         if path.is_symlink() or not path.is_file():
             problems.append(f"{rel}: missing (pulled from {record.get('url')})")
-        elif _sha256(path) != record["sha256"]:
-            problems.append(f"{rel}: sha256 {_sha256(path)}, expected {record['sha256']} (changed since the pull)")
+        elif sha256(path) != record["sha256"]:
+            problems.append(f"{rel}: sha256 {sha256(path)}, expected {record['sha256']} (changed since the pull)")
     with tempfile.TemporaryDirectory(prefix="nodeforge-mirror-") as work:
         for dest, entry in sorted(index["sources"].items()):
             source = Source(**{k: v for k, v in entry.items() if k in Source.__dataclass_fields__})
             try:
                 if source.kind == "file":
                     algorithm, digest = _pin(source)
-                    if (root / dest).is_file() and _digest(root / dest, algorithm) != digest:
+                    path = root / dest
+                    if (
+                        path.is_file()
+                        and (sha256(path) if algorithm == "sha256" else _digest(path, algorithm)) != digest
+                    ):
                         problems.append(f"{dest}: does not match its pin {source.checksum} ({source.setting})")
                     continue
                 keyring = Keyring(source, root / source.key_dest, Path(work))
-                problems += _verify_repo(root, source, keyring)
+                problems += _verify_repo(root, index, source, keyring, sha256)
             except (MirrorError, OSError) as exc:
                 problems.append(f"{dest}: {exc}")
     known = set(index["files"]) | {INDEX}
@@ -759,7 +744,9 @@ def verify(root: Path) -> list[str]:
     return problems
 
 
-def _repo_index(root: Path, source: Source, keyring: Keyring | None = None) -> tuple[list, list[str]]:
+def _repo_index(
+    root: Path, source: Source, keyring: Keyring | None = None, sha256: Callable[[Path], str] = _sha256
+) -> tuple[list, list[str]]:
     """The packages a mirrored repository's index lists, and its index files that do not match the signed Release
     or repomd.xml; with a keyring, that signature is checked first (a MirrorError when it does not verify)."""
     repo = root / source.dest
@@ -772,10 +759,10 @@ def _repo_index(root: Path, source: Source, keyring: Keyring | None = None) -> t
                 keyring.verify(f"{source.dest}/InRelease", repo / "InRelease")
             else:
                 keyring.verify(f"{source.dest}/Release", repo / "Release.gpg", repo / "Release")
-        for name, (sha256, _size) in mirror_repo.release_files((repo / signed).read_text()).items():
+        for name, (digest, _size) in mirror_repo.release_files((repo / signed).read_text()).items():
             if not (repo / name).is_file():
                 continue
-            if _sha256(repo / name) != sha256:
+            if sha256(repo / name) != digest:
                 problems.append(f"{source.dest}/{name}: does not match the signed Release file")
             elif PurePosixPath(name).name.split(".")[0] == "Packages" and not packages:
                 packages = mirror_repo.apt_packages(mirror_repo._decompress(name, (repo / name).read_bytes()).decode())
@@ -783,24 +770,28 @@ def _repo_index(root: Path, source: Source, keyring: Keyring | None = None) -> t
     repomd = repo / "repodata/repomd.xml"
     if keyring and source.signed_metadata:
         keyring.verify(f"{source.dest}/repodata/repomd.xml", repo / "repodata/repomd.xml.asc", repomd)
-    for kind, (location, sha256, _size) in mirror_repo.repomd_files(repomd.read_bytes()).items():
-        if _sha256(repo / location) != sha256:
+    for kind, (location, digest, _size) in mirror_repo.repomd_files(repomd.read_bytes()).items():
+        if sha256(repo / location) != digest:
             problems.append(f"{source.dest}/{location}: does not match repomd.xml")
         elif kind == "primary":
             packages = mirror_repo.dnf_packages(location, (repo / location).read_bytes())
     return packages, problems
 
 
-def _verify_repo(root: Path, source: Source, keyring: Keyring) -> list[str]:
-    packages, problems = _repo_index(root, source, keyring)
+def _verify_repo(root: Path, index: dict, source: Source, keyring: Keyring, sha256: Callable[[Path], str]) -> list[str]:
+    packages, problems = _repo_index(root, source, keyring, sha256)
     by_path = {p.path: p for p in packages}
-    for line in source_files(root, source):
+    prefix = source.dest + "/"
+    package_files = [
+        rel[len(prefix) :] for rel in index["files"] if rel.startswith(prefix) and rel.endswith((".deb", ".rpm"))
+    ]
+    for line in package_files:
         if f"{source.dest}/{line}" == source.key_dest:
             continue  # the key (cuda-keyring's .deb), checked against the pinned fingerprints
         package = by_path.get(line)
         if package is None:
             problems.append(f"{source.dest}/{line}: not in the repository's signed index")
-        elif _sha256(root / source.dest / line) != package.sha256:
+        elif sha256(root / source.dest / line) != package.sha256:
             problems.append(
                 f"{source.dest}/{line}: does not match the repository's signed index ({package.name} {package.version})"
             )
@@ -845,13 +836,6 @@ def missing(view: Any, root: Path, oses: list[str] = (), parts: tuple[str, ...] 
         found += [(source, f"{source.dest}/{p.path} ({p.name} {p.version})") for p in chosen
                   if not has(f"{source.dest}/{p.path}", p.sha256)]  # fmt: skip
     return found
-
-
-def source_files(root: Path, source: Source) -> Iterator[str]:
-    prefix = source.dest + "/"
-    for rel in read_index(root)["files"]:
-        if rel.startswith(prefix) and rel.endswith((".deb", ".rpm")):
-            yield rel[len(prefix) :]
 
 
 def overrides(root: Path, url: str) -> dict:

@@ -306,13 +306,9 @@ _KEY_EXPECTED = "an ASCII-armored OpenPGP public key block (-----BEGIN PGP PUBLI
 _KEYRING_EXPECTED = "a binary OpenPGP keyring of whole v4 key packets, as bytes or as their base64 text"
 
 
-def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
-    """ASCII-armored OpenPGP public key blocks -> {primary: [...], subkeys: [...]} v4 fingerprints (upper-case hex,
-    as `gpg --with-colons` prints them in its fpr lines), computed here (RFC 4880 12.2: SHA-1 over 0x99, the
-    two-octet length and the public-key packet body), so that no gpg and no keyring is needed to check a pin.
-    Every block of the file counts (apt and rpm import them all), not only the first."""
-    tool = "openpgp_fingerprints"
-    found: dict[str, list[str]] = {"primary": [], "subkeys": []}
+def _armored_blocks(tool: str, armored: str) -> tuple[list[bytes], str]:
+    """The decoded body of each ASCII-armored public key block, and the last BEGIN line seen (for messages)."""
+    blocks: list[bytes] = []
     body: list[str] | None = None
     begin = ""
     for line in command_output(tool, armored).strip().splitlines():
@@ -322,15 +318,37 @@ def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
             start = 0
             while start < len(body) and ":" in body[start]:  # armor headers (Version: ..., Comment: ...)
                 start += 1
-            data = "".join(b for b in body[start:] if b and not b.startswith("="))
-            keys = _keyring(tool, _base64(tool, data, begin))
-            found = {kind: found[kind] + keys[kind] for kind in found}
+            blocks.append(_base64(tool, "".join(b for b in body[start:] if b and not b.startswith("=")), begin))
             body = None
         elif body is not None:
             body.append(line)
+    return blocks, begin
+
+
+def openpgp_fingerprints(armored: str) -> dict[str, list[str]]:
+    """ASCII-armored OpenPGP public key blocks -> {primary: [...], subkeys: [...]} v4 fingerprints (upper-case hex,
+    as `gpg --with-colons` prints them in its fpr lines), computed here (RFC 4880 12.2: SHA-1 over 0x99, the
+    two-octet length and the public-key packet body), so that no gpg and no keyring is needed to check a pin.
+    Every block of the file counts (apt and rpm import them all), not only the first."""
+    tool = "openpgp_fingerprints"
+    found: dict[str, list[str]] = {"primary": [], "subkeys": []}
+    blocks, begin = _armored_blocks(tool, armored)
+    for block in blocks:
+        keys = _keyring(tool, block)
+        found = {kind: found[kind] + keys[kind] for kind in found}
     if not found["primary"] and not found["subkeys"]:
         raise ParseError(tool, "not an ASCII-armored OpenPGP public key block", begin, _KEY_EXPECTED)
     return found
+
+
+def openpgp_dearmor(armored: str) -> bytes:
+    """ASCII-armored public key blocks -> the binary keyring they encode (every block, as `gpg --dearmor` writes
+    it), for tools that read only binary keyrings (gpgv)."""
+    tool = "openpgp_dearmor"
+    blocks, begin = _armored_blocks(tool, armored)
+    if not blocks:
+        raise ParseError(tool, "not an ASCII-armored OpenPGP public key block", begin, _KEY_EXPECTED)
+    return b"".join(blocks)
 
 
 def keyring_fingerprints(data: bytes | str) -> dict[str, list[str]]:
