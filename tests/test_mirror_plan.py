@@ -157,3 +157,23 @@ def test_mlnx_ofed_on_el_needs_the_tarball_of_the_nodes_minor_release_named():
     tarball = plan["files/mlnx_ofed/MLNX_OFED_LINUX-24.10-3.2.5.0-rhel9.4-x86_64.tgz"]
     assert (tarball[1], tarball[6], tarball[7]) == (url, "sha256:" + "b" * 64, ["ofed.mlnx_ofed.url"])
     assert not [dest for dest in plan if dest.startswith("doca/")]
+
+
+def test_a_key_file_is_trusted_only_when_every_key_it_holds_is_pinned(tmp_path):
+    """The roles' rule (roles/nodeforge/tasks/fetch_key.yml): apt, rpm and gpgv trust every key of a keyring file, so
+    a pinned key beside an unpinned one is refused, as on the node."""
+    from nodeforge.collection import parsers
+
+    keys = [(REPO / "tests/data/outputs" / name).read_text() for name in
+            ("openpgp-key-rsa-with-subkey.asc", "openpgp-key-ed25519-fixture.asc")]  # fmt: skip
+    first, second = (parsers.openpgp_fingerprints(key)["primary"][0] for key in keys)
+    source = mirror.Source(name="toolkit", kind="apt", url="http://x/", dest="t", key_url="http://x/gpgkey",
+                           fingerprints=[first])  # fmt: skip
+    (tmp_path / "one").write_text(keys[0])
+    assert mirror.Keyring(source, tmp_path / "one", tmp_path).primary == [first]
+    (tmp_path / "both").write_text(keys[0] + keys[1])
+    with pytest.raises(mirror.MirrorError) as refused:
+        mirror.Keyring(source, tmp_path / "both", tmp_path)
+    assert str(refused.value) == (
+        f"toolkit: the key at http://x/gpgkey has primary fingerprint(s) {first}, {second}, not the pinned {first}"
+    )

@@ -555,7 +555,9 @@ class Keyring:
         except ValueError as exc:
             raise MirrorError(f"{source.name}: {source.key_url} is not an OpenPGP public key: {exc}") from None
         pinned = [f.replace(" ", "").upper() for f in source.fingerprints]
-        if pinned and not set(primary) & set(pinned):
+        # As the roles' check (roles/nodeforge/tasks/fetch_key.yml): every key of the file pinned, since apt, rpm and
+        # gpgv trust every key a keyring file holds.
+        if pinned and (not primary or set(primary) - set(pinned)):
             raise MirrorError(
                 f"{source.name}: the key at {source.key_url} has primary fingerprint(s) {', '.join(primary)}, not the "
                 f"pinned {', '.join(pinned)}"
