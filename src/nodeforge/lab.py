@@ -26,7 +26,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import yaml
 
@@ -456,6 +456,11 @@ def _mirror_urls(group_vars: dict) -> dict[str, str]:
     return group_vars["nodeforge_manifest_overrides"][TOOLKIT]
 
 
+def _sample_key_url() -> SplitResult:
+    """The toolkit key's URL in the lab's sample: where every node serves its copy of the mirror."""
+    return urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"])
+
+
 def _pin(overrides: dict, fingerprints: list[str]) -> None:
     """The mirror's key pinned wherever a role checks a key it fetches from the mirror (the role refuses any other
     key, as it does NVIDIA's): the toolkit's key, cuda-keyring's keyring, the CUDA repository's RPM key and DOCA's
@@ -537,7 +542,7 @@ def mirror_fingerprints(mirror: Path) -> list[str]:
             raise LabError(f"--mirror: {exc}") from exc
         return sorted({f for source in sources for f in source.get("key_primary") or []})
 
-    key = mirror / urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"]).path.lstrip("/")
+    key = mirror / _sample_key_url().path.lstrip("/")
     try:
         return parsers.openpgp_fingerprints(key.read_text())["primary"]
     except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -637,7 +642,7 @@ def _pulled_vars(mirror: Path | None) -> dict | None:
         return None
     from nodeforge import mirror as mirror_module
 
-    address = urlsplit(_mirror_urls(sample()["all"]["children"][GROUP]["vars"])["key_url"])
+    address = _sample_key_url()
     try:
         return mirror_module.overrides(mirror, f"{address.scheme}://{address.netloc}")
     except mirror_module.MirrorError as exc:
