@@ -996,6 +996,9 @@ def test_reboot_policy_always_is_gone(tmp_path):
     assert "nodeforge_reboot_policy: found 'always'; expected one of never, if_needed" in problem
 
 
+MIRRORED = "registry.site.example/library/busybox@sha256:" + "d" * 64
+
+
 @pytest.mark.parametrize(
     ("group_vars", "expected"),
     [
@@ -1060,6 +1063,25 @@ def test_reboot_policy_always_is_gone(tmp_path):
             },
             "nvidia_driver_source: found operator on the vGPU guest profile vsphere-t4-vgpu",
         ),
+        # The site's registry (k8s_cluster_image_mirror): each entry as render reads it (k8s_images.mirror_map).
+        (
+            {"k8s_cluster_image_mirror": ["busybox"]},
+            "k8s_cluster_image_mirror: found ['busybox'] (list); expected type dict",
+        ),
+        (
+            {"k8s_cluster_image_mirror": {"busybox": "registry.site.example/library/busybox:1"}},
+            "for hosts node-01, node-02: k8s_cluster_image_mirror['busybox']: found "
+            "'registry.site.example/library/busybox:1' names no digest; expected registry/path@sha256:<hex>",
+        ),
+        (
+            {"k8s_cluster_image_mirror": {"Busybox": MIRRORED}},
+            "k8s_cluster_image_mirror['Busybox']: found 'Busybox' is not an image reference",
+        ),
+        (
+            {"k8s_gpu_operator_enabled": True, "k8s_cluster_image_mirror": {"busybox": MIRRORED}},
+            "k8s_cluster_image_mirror: found images taken from the site's registry with k8s_gpu_operator_enabled true"
+            ": the GPU Operator's images come from its Helm chart",
+        ),
     ],
 )
 def test_cluster_settings_are_checked(tmp_path, group_vars, expected):
@@ -1075,6 +1097,7 @@ def test_cluster_settings_that_fit_pass(tmp_path):
         "k8s_gpu_device_plugin_replicas": 4,
         "k8s_rdma_shared_device_plugin_resources": [{"name": "rails", "devices": ["ib0", "ib1"]}],
         "k8s_mpi_operator_tenants": ["ml-team"],
+        "k8s_cluster_image_mirror": {"busybox": MIRRORED, "nvcr.io/nvidia/k8s-device-plugin:v0.20.0": MIRRORED},
     }
     assert messages(write_inventory(tmp_path, group_vars)) == []
 

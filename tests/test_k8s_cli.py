@@ -4,6 +4,7 @@ tests/test_k8s_objects.py (kubernetes-validate's own validate(), jsonschema agai
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from nodeforge import cli
 from nodeforge.cli import main
 from tests.test_k8s_jobs import NP_FORMS, alias_bomb, line_of, minimal, with_launcher
 from tests.test_k8s_objects import independent_problems
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images, k8s_jobs  # isort: skip
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_JOBS = sorted((Path(__file__).resolve().parent / "data" / "seed_mpijobs").glob("*.yaml"))
@@ -74,6 +77,30 @@ def test_ib_write_bw_needs_rdma_resources():
     )
     assert result.exit_code == 1
     assert "rdma" in result.output.lower()
+
+
+def test_a_job_takes_its_images_from_the_site_registry_the_inventory_names(tmp_path):
+    """k8s_cluster_image_mirror, as render's objects and verify's jobs: every image by the site's digest; one the map
+    lacks refused naming the object and the image, nothing written."""
+    inventory = str(REPO / "inventories" / "c4140-k8s")
+    nccl_tests = k8s_images.normalize(k8s_jobs.DEFAULT_IMAGES["nccl_tests"])
+    mirror = {nccl_tests: "registry.site.example/mpioperator/nccl-tests@sha256:" + "c" * 64}
+    result = run("k8s", "job", "nccl", "-i", inventory, "-e", json.dumps({"k8s_cluster_image_mirror": mirror}))
+    assert result.exit_code == 0, result.output
+    [job] = documents(result.stdout)
+    assert independent_problems([job]) == []
+    for replica in job["spec"]["mpiReplicaSpecs"].values():
+        assert [c["image"] for c in replica["template"]["spec"]["containers"]] == [mirror[nccl_tests]]
+    out = tmp_path / "pod.yaml"
+    argv = ["k8s", "job", "cuda-vector-add", "-i", inventory, "-o", str(out)]
+    refused = run(*argv, "-e", json.dumps({"k8s_cluster_image_mirror": mirror}))
+    assert refused.exit_code == 1
+    vector_add = k8s_images.normalize(k8s_jobs.DEFAULT_IMAGES["cuda_vector_add"])
+    assert (
+        f"k8s job cuda-vector-add: Pod ml-team/cuda-vector-add names the image {vector_add}, which "
+        "k8s_cluster_image_mirror does not map" in " ".join(refused.output.split())
+    )
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("seed", SEED_JOBS, ids=[p.stem for p in SEED_JOBS])

@@ -20,8 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nodeforge import checks, runner
+from nodeforge.collection import k8s_validate
 from tests.k8s_api_replay import write_kubeconfig
+from tests.test_k8s_images import SITE, site_map
 from tests.test_k8s_objects import UPSTREAM, independent_problems
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images, k8s_objects, k8s_scale  # isort: skip
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +117,23 @@ def read_rendered(directory: Path) -> dict[str, dict]:
     return {path.name: yaml.safe_load(path.read_text()) for path in sorted(directory.glob("*.yaml"))}
 
 
+def planned_images(tmp_path: Path, url: str, sample: str) -> dict[str, list[str]]:
+    """The images nodeforge mirror plans for the sample (k8s_images.cluster_images), its Cluster read as the
+    k8s_control host sees it (nodeforge k8s job's way) with the releases of the components it enables: the pinned
+    release manifests render downloads."""
+    view = checks.load([str(REPO / "inventories" / sample), str(control_overrides(tmp_path, url, sample=sample))])
+    [control_host] = view.hosts_of("k8s_control")
+    control = checks.plain(view.host_variables(control_host)[0])
+    nodes = {host: checks.plain(view.host_variables(host)[0]) for host in view.hosts_of("gpu_nodes")}
+    cluster = k8s_objects.cluster_from(control, nodes)
+    releases = {}
+    if cluster.get("k8s_mpi_operator_enabled"):
+        releases["mpi_operator"] = k8s_validate.load_documents((UPSTREAM / MPI_OPERATOR).read_text())
+    if k8s_scale.settings(control)["k8s_scale_csi_enabled"]:
+        releases["scale_csi"] = k8s_validate.load_documents((UPSTREAM / SCALE_CSI).read_text())
+    return k8s_images.cluster_images(cluster, releases)
+
+
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sample):
     out = tmp_path / "out"
@@ -147,6 +169,9 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
     release = [d for d in yaml.safe_load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
     for obj in release:
         assert obj in objects, f"{obj['kind']} {obj['metadata']['name']}"
+    # nodeforge mirror copies every image render wrote: its plan (k8s_images.cluster_images) names them all.
+    named = k8s_images.named(objects)
+    assert named and set(named) <= set(planned_images(tmp_path, upstream_url, sample)), named
     result = json.loads(run.stdout)
     notices = " ".join(notice["text"] for notice in result["notices"])
     assert f"{len(files) + 1} files in {out} ({len(files)} objects and kustomization.yaml)" in notices
@@ -186,6 +211,50 @@ def test_an_invalid_object_is_named_and_nothing_is_written(tmp_path, upstream_ur
     assert "problem(s) in the rendered objects (validated against Kubernetes 1.33" in failure["message"]
     assert "at metadata.labels.team: 'ml team!' is not a valid label value" in failure["message"]
     assert "nothing was written or applied" in failure["message"]
+    assert not out.exists()
+
+
+def test_render_takes_every_image_from_the_site_registry_by_digest(tmp_path, upstream_url):
+    """The Redbook sample (device plugin, RDMA plugin, monitoring, MPI Operator, Scale CSI) with the map nodeforge
+    mirror overrides --registry writes: every image render writes is the site's, by the digest mapped; the Scale CSI
+    operator's operands (its *_IMAGE variables) too."""
+    sample = "dgx1-openshift"
+    mapping = site_map(planned_images(tmp_path, upstream_url, sample))
+    out = tmp_path / "out"
+    run = k8s("render", tmp_path, upstream_url, sample, "-e", json.dumps({"k8s_cluster_image_mirror": mapping}))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    files = read_rendered(out)
+    del files["kustomization.yaml"]
+    objects = list(files.values())
+    assert independent_problems(objects) == []
+    named = k8s_images.named(objects)
+    assert len(named) > 5 and set(named) <= set(mapping.values())
+    assert all(image.startswith(f"{SITE}/") for image in named)
+    [operator] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "mpi-operator"]
+    [container] = operator["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == mapping["docker.io/mpioperator/mpi-operator:0.8.0"]
+    operands = {
+        env["name"]: env["value"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"]
+        for env in c.get("env") or []
+        if env["name"].endswith("_IMAGE")
+    }
+    assert len(operands) == 7 and all(v.startswith(f"{SITE}/") and "@sha256:" in v for v in operands.values())
+
+
+def test_render_refuses_an_image_the_site_registry_lacks_and_writes_nothing(tmp_path, upstream_url):
+    mapping = site_map(planned_images(tmp_path, upstream_url, "c4140-k8s"))
+    del mapping["docker.io/mpioperator/mpi-operator:0.8.0"]
+    out = tmp_path / "out"
+    run = k8s("render", tmp_path, upstream_url, "c4140-k8s", "-e", json.dumps({"k8s_cluster_image_mirror": mapping}))
+    assert run.returncode == runner.EXIT_HOST_FAILED, run.stdout[-3000:] + run.stderr[-3000:]
+    [failure] = json.loads(run.stdout)["failures"]
+    assert (
+        "localhost: mpi_operator: Deployment mpi-operator/mpi-operator names the image "
+        "docker.io/mpioperator/mpi-operator:0.8.0, which k8s_cluster_image_mirror does not map" in failure["message"]
+    ), failure
     assert not out.exists()
 
 

@@ -4,14 +4,23 @@ verify`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gzip
+import hashlib
 import http.server
+import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tarfile
 import threading
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,6 +29,8 @@ import yaml
 
 from nodeforge import lab, mirror
 from nodeforge.collection import parsers
+
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images  # isort: skip (after the loader)
 
 REPO = Path(__file__).resolve().parents[1]
 UPSTREAM_MANIFESTS = REPO.parent / "shared" / "reference" / "upstream-manifests"
@@ -50,6 +61,96 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         self.wfile.write(body)
 
 
+# The images the cluster layer of these inventories names, under their real names (the MPI Operator's from its
+# release); the device plugin's is multi-platform, as NVIDIA publishes it.
+IMAGES = [
+    "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+    "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:v1.5.3",
+    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+    "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+    "docker.io/mellanox/cuda-perftest:latest",
+    "docker.io/mpioperator/nccl-tests:latest",
+    "docker.io/mpioperator/mpi-operator:0.8.0",
+]
+MULTI_PLATFORM = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+# Set by the upstream fixture: the registries.conf that sends skopeo to the loopback registry for the real names.
+REGISTRIES: dict[str, Path] = {}
+
+
+def oci_image(layout: Path, name: str, platforms: tuple[str, ...] = ("amd64",)) -> dict[str, str]:
+    """An image built here into an OCI layout under name: per platform one layer holding a file that names the image
+    and platform; several platforms make an image index. {platform: manifest digest}."""
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True, exist_ok=True)
+
+    def blob(data: bytes, media_type: str) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
+
+    manifests, digests = [], {}
+    for arch in platforms:
+        content = f"{name} linux/{arch}\n".encode()
+        tar = io.BytesIO()
+        with tarfile.open(fileobj=tar, mode="w") as archive:
+            member = tarfile.TarInfo("etc/image")
+            member.size = len(content)
+            archive.addfile(member, io.BytesIO(content))
+        layer = gzip.compress(tar.getvalue(), mtime=0)
+        diff_id = "sha256:" + hashlib.sha256(tar.getvalue()).hexdigest()
+        config = {"architecture": arch, "os": "linux", "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+            "layers": [blob(layer, "application/vnd.oci.image.layer.v1.tar+gzip")],
+        }
+        described = blob(json.dumps(manifest).encode(), manifest["mediaType"])
+        digests[arch] = described["digest"]
+        manifests.append({**described, "platform": {"architecture": arch, "os": "linux"}})
+    top = manifests[0]
+    if len(manifests) > 1:
+        top = blob(
+            json.dumps(
+                {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": manifests}
+            ).encode(),
+            "application/vnd.oci.image.index.v1+json",
+        )
+    top = {**top, "annotations": {"org.opencontainers.image.ref.name": "built"}}
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    return digests
+
+
+@contextlib.contextmanager
+def registry(directory: Path) -> Iterator[str]:
+    """Debian's docker-registry (CNCF distribution) on a loopback port, storing under directory: host:port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    directory.mkdir(parents=True, exist_ok=True)
+    config = directory / "registry.yml"
+    storage = {"filesystem": {"rootdirectory": str(directory / "data")}}
+    config.write_text(yaml.safe_dump({"version": 0.1, "storage": storage, "http": {"addr": f"127.0.0.1:{port}"}}))
+    server = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        for _ in range(100):
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=1):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("docker-registry did not answer")
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def skopeo(*args: str) -> bytes:
+    return subprocess.run(["skopeo", *args], check=True, capture_output=True).stdout
+
+
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory):
     root = tmp_path_factory.mktemp("upstream")
@@ -57,7 +158,25 @@ def upstream(tmp_path_factory):
     shutil.copy(UPSTREAM_MANIFESTS / "mpi-operator-v0.8.0.yaml", root / "mpi-operator.yaml")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    # The image registries: one loopback registry holding the images under their real names, which a
+    # registries.conf (as a site behind a proxy keeps one) maps nvcr.io, ghcr.io and docker.io onto.
+    registries = tmp_path_factory.mktemp("registries")
+    with registry(registries) as address:
+        for ref in IMAGES:
+            built = registries / ref.replace("/", "_").replace(":", "_")
+            oci_image(built, ref, ("amd64", "arm64") if ref == MULTI_PLATFORM else ("amd64",))
+            skopeo(
+                "copy", "--quiet", "--all", "--dest-tls-verify=false", f"oci:{built}:built", f"docker://{address}/{ref}"
+            )
+        conf = registries / "registries.conf"
+        conf.write_text("".join(
+            f'[[registry]]\nprefix = "{host}"\nlocation = "{address}/{host}"\ninsecure = true\n\n'
+            for host in ("nvcr.io", "ghcr.io", "docker.io")
+        ))  # fmt: skip
+        REGISTRIES["conf"] = conf
+        REGISTRIES["address"] = address
+        yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    REGISTRIES.clear()
     server.shutdown()
 
 
@@ -118,6 +237,9 @@ SITE = {
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The CLI; a pull reaches the image registries through the upstream fixture's registries.conf."""
+    if args[:2] == ("mirror", "pull") and REGISTRIES:
+        args = (*args, "--registries-conf", str(REGISTRIES["conf"]))
     return subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False, env=env)
 
 
@@ -162,9 +284,11 @@ def test_pull_fetches_exactly_the_pinned_packages_verified_and_a_second_pull_dow
     # Nothing of the Rocky node's OFED (inbox: the distribution's) and no DOCA for EL: no node asks for them.
     assert not any(f.startswith(("rocky/", "doca/3.4.1/rhel9")) for f in files)
     assert result["from_distribution"] == ["/bin/sh", "dkms", "dkms (>= 3.1.8)", "libseccomp", "libseccomp2"]
+    # Every byte in the mirror was downloaded once, but the indexes nodeforge and skopeo write.
+    written = (mirror.INDEX, "images/index.json", "images/oci-layout")
     assert sum(s["downloaded"] for s in result["sources"].values()) == sum(
         p.stat().st_size for p in to.rglob("*") if p.is_file()
-    ) - ((to / mirror.INDEX).stat().st_size)
+    ) - sum((to / name).stat().st_size for name in written)
 
     RangeHandler.requests.clear()
     second = run("mirror", "pull", "-i", str(inv), "--to", str(to), "--json")
@@ -206,7 +330,9 @@ def test_pull_fetches_exactly_the_pinned_packages_verified_and_a_second_pull_dow
 def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm_accept_it(tmp_path, upstream):
     inv = inventory(tmp_path, upstream, SITE)
     to = tmp_path / "mirror"
-    assert run("mirror", "pull", "-i", str(inv), "--to", str(to)).returncode == 0
+    # The repositories and files (the images, which a registry serves, have their own test below).
+    files_only = ("--only", "nodes", "--only", "cluster")
+    assert run("mirror", "pull", "-i", str(inv), "--to", str(to), *files_only).returncode == 0
     with mirror.serving(to) as url:
         written = run("mirror", "overrides", str(to), "--url", url)
         assert written.returncode == 0, written.stderr
@@ -217,7 +343,7 @@ def test_an_inventory_pointed_at_the_served_mirror_pulls_from_it_and_apt_and_rpm
         inv.write_text(yaml.safe_dump(data))
         checked = run("check", "-i", str(inv))
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        again = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "copy"), "--json")
+        again = run("mirror", "pull", "-i", str(inv), "--to", str(tmp_path / "copy"), *files_only, "--json")
         assert again.returncode == 0, again.stdout + again.stderr
         index = mirror.read_index(tmp_path / "copy")
         assert sorted({s["url"][: len(url)] for s in index["sources"].values()}) == [url]
@@ -434,3 +560,85 @@ def test_a_mirror_whose_index_is_lost_is_indexed_again_without_fetching_its_pack
     files = {name: s["files"] for name, s in json.loads(again.stdout)["sources"].items()}
     assert files == {name: s["files"] for name, s in json.loads(first.stdout)["sources"].items()}
     assert run("mirror", "verify", str(to)).returncode == 0
+
+
+def test_images_are_copied_by_digest_pushed_to_the_sites_registry_and_rendered_from_it(tmp_path, upstream):
+    """The cluster's images: skopeo copies each into the mirror's OCI layout by digest (one platform of a
+    multi-platform image), verify checks every blob, push puts them in the site's registry digests unchanged, and
+    render with the overrides names only the site's registry, each image by the digest that registry serves."""
+    inv = inventory(tmp_path, upstream, {"node-u24": SITE["node-u24"]})
+    to = tmp_path / "mirror"
+    argv = ["mirror", "pull", "-i", str(inv), "--to", str(to), "--only", "cluster", "--only", "images", "--json"]
+    pulled = run(*argv)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert json.loads(pulled.stdout)["sources"]["images"]["downloaded"] > 0
+    index = json.loads((to / mirror.INDEX).read_text())
+    # Not the RDMA plugin's (the lab profile has no HCA) nor the exporter's (monitoring is off).
+    unused = {
+        "ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:v1.5.3",
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless",
+    }
+    assert sorted(index["images"]) == sorted(set(IMAGES) - unused)
+    assert index["images"]["docker.io/mpioperator/mpi-operator:0.8.0"]["components"] == "mpi_operator"
+    # The device plugin: linux/amd64's image of the index, by its own digest; nothing of arm64.
+    built = oci_image(tmp_path / "built", MULTI_PLATFORM, ("amd64", "arm64"))
+    entry = index["images"][MULTI_PLATFORM]
+    assert entry["digest"] == built["amd64"] != entry["source_digest"]
+    assert not (to / "images/blobs/sha256" / built["arm64"].partition(":")[2]).exists()
+    assert run("mirror", "verify", str(to)).returncode == 0
+    again = run(*argv)
+    assert json.loads(again.stdout)["sources"]["images"]["downloaded"] == 0, again.stdout
+
+    # A changed layer is named by verify.
+    layer = next(
+        p
+        for p in (to / "images/blobs/sha256").iterdir()
+        if p.stat().st_size > 100 and p.read_bytes()[:2] == b"\x1f\x8b"
+    )
+    kept = layer.read_bytes()
+    layer.write_bytes(kept + b"x")
+    verified = run("mirror", "verify", str(to))
+    assert verified.returncode == 1
+    assert f"images/blobs/sha256/{layer.name}: sha256" in " ".join(verified.stdout.split())
+    layer.write_bytes(kept)
+
+    with registry(tmp_path / "site") as site:
+        pushed = run("mirror", "push", str(to), "--registry", f"{site}/gpu", "--no-tls-verify", "--json")
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        variables = yaml.safe_load(
+            run("mirror", "overrides", str(to), "--url", upstream[1], "--registry", f"{site}/gpu").stdout
+        )
+        images = variables["k8s_cluster_image_mirror"]
+        assert images[MULTI_PLATFORM] == f"{site}/gpu/nvcr.io/nvidia/k8s-device-plugin@{built['amd64']}"
+        pointed = tmp_path / "pointed.yml"
+        # The cluster is reached from localhost, which reads the releases from where the nodes' settings say.
+        overrides = yaml.safe_load(inv.read_text())["all"]["children"]["gpu_nodes"]["vars"][
+            "nodeforge_manifest_overrides"
+        ]
+        control = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+        control["nodeforge_manifest_overrides"] = overrides
+        control["k8s_cluster_image_mirror"] = images
+        pointed.write_text(yaml.safe_dump({"k8s_control": {"hosts": {"localhost": control}}}))
+        out = tmp_path / "out"
+        rendered = run("k8s", "render", "-i", str(inv), "-i", str(pointed), "-o", str(out), "--json")
+        assert rendered.returncode == 0, rendered.stdout[-3000:] + rendered.stderr[-3000:]
+        objects = [d for p in out.glob("*.yaml") for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]
+        named = k8s_images.named(objects)
+        # The device plugin's DaemonSet and the MPI Operator's Deployment (from its release).
+        assert sorted(k8s_images.repository(ref) for ref in named) == [
+            f"{site}/gpu/docker.io/mpioperator/mpi-operator",
+            f"{site}/gpu/nvcr.io/nvidia/k8s-device-plugin",
+        ]
+        for ref in named:
+            assert ref.startswith(f"{site}/gpu/") and "@sha256:" in ref, ref
+            raw = skopeo("inspect", "--tls-verify=false", "--raw", f"docker://{ref}")
+            assert "sha256:" + hashlib.sha256(raw).hexdigest() == ref.split("@")[1]
+
+    # check --mirror names an image the mirror lacks, and what needs it.
+    nccl = index["images"]["docker.io/mpioperator/nccl-tests:latest"]["digest"]
+    (to / "images/blobs/sha256" / nccl.partition(":")[2]).unlink()
+    checked = run("check", "-i", str(inv), "--mirror", str(to), "--json")
+    assert checked.returncode == 1
+    # (and the nodes' repositories, which this pull left out)
+    found = [p["found"] for p in json.loads(checked.stdout)["problems"] if p["found"].startswith("image ")]
+    assert found == ["image docker.io/mpioperator/nccl-tests:latest (k8s job (nccl_tests)) not in the mirror"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeforge import checks, mirror
+from nodeforge import checks, mirror, mirror_images
 from nodeforge.collection import inventory_check
 from tests.test_overrides import GRID
 
@@ -69,12 +69,56 @@ def test_dgx_h100_ubuntu_nodes_need_cudas_ubuntu2404_repository_doca_and_the_too
         [],
         "sha256:b38def13a94abe60b2a4b3485239d77f64892b8fbd202e9e435a6031b7500a8f",
     )
+    # The images the cluster's objects name: the device plugins' pins, the acceptance jobs' images (the MPI Operator's
+    # own comes from its release, read once pulled); no exporter: the sample leaves monitoring off.
+    kind, _, wants, *_ = plan["images"]
+    assert (kind, wants) == (
+        "image",
+        [
+            ["nvcr.io/nvidia/k8s-device-plugin:v0.20.0", "gpu_device_plugin"],
+            ["ghcr.io/mellanox/k8s-rdma-shared-dev-plugin:v1.5.3", "rdma_shared_device_plugin"],
+            ["nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", "k8s job (cuda_vector_add)"],
+            ["docker.io/mellanox/cuda-perftest:latest", "k8s job (perftest)"],
+            ["docker.io/mpioperator/nccl-tests:latest", "k8s job (nccl_tests)"],
+        ],
+    )
     assert sorted(plan) == [
         "cuda/ubuntu2404",
         "doca/3.4.1/ubuntu24.04",
         "files/mpi_operator/v0.8.0/mpi-operator.yaml",
+        "images",
         "nvidia-container-toolkit/deb/amd64",
     ]
+    # Nodes only: no image.
+    view = checks.load([str(REPO / "inventories" / "dgx-h100-k8s")])
+    assert [s.dest for s in mirror.plan(view, parts=("nodes",)) if s.kind == "image"] == []
+
+
+def test_the_images_of_the_release_manifests_and_what_cannot_be_mirrored(tmp_path):
+    view = checks.load([str(REPO / "inventories" / "dgx1-openshift")])
+    [images] = [s for s in mirror.plan(view) if s.kind == "image"]
+    assert images.releases == {
+        "mpi_operator": "files/mpi_operator/v0.8.0/mpi-operator.yaml",
+        "scale_csi": "files/scale_csi/v3.0.0/ibm-spectrum-scale-csi-operator.yaml",
+    }
+    assert "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless" in dict(images.wants)
+    # Once pulled, each release's images count, the Scale operator's by their pinned digests.
+    upstream = REPO.parent / "shared" / "reference" / "upstream-manifests"
+    for dest, name in (
+        ("files/mpi_operator/v0.8.0/mpi-operator.yaml", "mpi-operator-v0.8.0.yaml"),
+        ("files/scale_csi/v3.0.0/ibm-spectrum-scale-csi-operator.yaml", "ibm-spectrum-scale-csi-operator-v3.0.0.yaml"),
+    ):
+        (tmp_path / dest).parent.mkdir(parents=True)
+        (tmp_path / dest).write_bytes((upstream / name).read_bytes())
+    wanted = mirror_images.wanted(images, tmp_path)
+    assert wanted["docker.io/mpioperator/mpi-operator:0.8.0"] == "mpi_operator"
+    scale = sorted(ref for ref, users in wanted.items() if users == "scale_csi")
+    assert len(scale) == 8 and all("@sha256:" in ref for ref in scale)
+    assert "registry.k8s.io/sig-storage/csi-provisioner@sha256:" in "".join(scale)
+    # The GPU Operator's chart and images: named, never silently left out.
+    view = checks.load([str(REPO / "inventories" / "dgx1-openshift")], [json.dumps({"k8s_gpu_operator_enabled": True})])
+    [images] = [s for s in mirror.plan(view) if s.kind == "image"]
+    assert images.unmirrored and "GPU Operator's Helm chart" in images.unmirrored[0]
 
 
 @pytest.mark.parametrize(("sample", "el"), [("c4140-k8s", "rhel9"), ("dgx1-openshift", "rhel8")])
@@ -143,6 +187,18 @@ def test_overrides_point_each_planned_source_at_the_mirror(tmp_path):
     }
     with pytest.raises(mirror.MirrorError, match="--url ftp://x: expected an http:// or https:// URL"):
         mirror.overrides(tmp_path, "ftp://x")
+    # With images: the site's registry is needed, and each image maps to its pushed copy by digest.
+    digest = "sha256:" + "c" * 64
+    index["images"] = {"docker.io/mpioperator/mpi-operator:0.8.0": {"digest": digest}}
+    (tmp_path / mirror.INDEX).write_text(json.dumps(index))
+    with pytest.raises(mirror.MirrorError, match=r"holds 1 container image\(s\): give --registry"):
+        mirror.overrides(tmp_path, "https://mirror.site:8443")
+    found = mirror.overrides(tmp_path, "https://mirror.site:8443", "registry.site:5000/gpu")
+    pushed = f"registry.site:5000/gpu/docker.io/mpioperator/mpi-operator@{digest}"
+    assert found["k8s_cluster_image_mirror"] == {"docker.io/mpioperator/mpi-operator:0.8.0": pushed}
+    for registry in ("registry", "Registry.site/UPPER", "https://registry.site"):
+        with pytest.raises(mirror.MirrorError, match="expected the site's registry as host"):
+            mirror.overrides(tmp_path, "https://mirror.site:8443", registry)
 
 
 def test_mlnx_ofed_on_el_needs_the_tarball_of_the_nodes_minor_release_named():

@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # rpm (rpmbuild, rpmsign), createrepo-c and python3-yaml: the EL tier's fixture RPM repositories and images
-# (molecule/fixture_repo/fixture_rpm.py, lab/base-image/el.sh).
+# (molecule/fixture_repo/fixture_rpm.py, lab/base-image/el.sh). skopeo and docker-registry: nodeforge mirror's
+# container images, and the registries its tests copy them from and push them to (tests/test_mirror.py).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs conmon containernetworking-plugins
   dpkg-dev apt-utils gnupg openssh-client python3-venv make apt-cacher-ng qemu-system-x86 qemu-utils
-  rpm createrepo-c python3-yaml openssl)
+  rpm createrepo-c python3-yaml openssl skopeo docker-registry)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -34,19 +35,22 @@ if ((${#missing[@]})); then
   ((own_policy)) && $SUDO rm -f $policy
   ((status == 0)) || exit "$status"
 fi
-# The package also enables its service for the next boot (policy-rc.d only stops the start): disable it, and stop one
-# that runs already, so that port 3142 is free for the harness's instance. Checked every time: cheap, and a machine
-# where the package came in some other way gets the same treatment.
-if [[ -d /run/systemd/system ]]; then
-  if systemctl is-enabled --quiet apt-cacher-ng 2>/dev/null || systemctl is-active --quiet apt-cacher-ng 2>/dev/null; then
-    echo "setup: systemctl disable --now apt-cacher-ng (the tests run their own instance)"
-    $SUDO systemctl disable --now apt-cacher-ng >/dev/null 2>&1
+# The packages also enable their services for the next boot (policy-rc.d only stops the start): disable them, and stop
+# one that runs already, so that port 3142 is free for the harness's apt-cacher-ng, and no registry listens on port
+# 5000 (tests/test_mirror.py runs its own docker-registry on loopback ports). Checked every time: cheap, and a machine
+# where a package came in some other way gets the same treatment.
+for service in apt-cacher-ng docker-registry; do
+  if [[ -d /run/systemd/system ]]; then
+    if systemctl is-enabled --quiet "$service" 2>/dev/null || systemctl is-active --quiet "$service" 2>/dev/null; then
+      echo "setup: systemctl disable --now $service (the tests run their own instance)"
+      $SUDO systemctl disable --now "$service" >/dev/null 2>&1
+    fi
+  elif [[ -x /etc/init.d/$service ]] && compgen -G "/etc/rc[2-5].d/S*$service" >/dev/null; then
+    echo "setup: update-rc.d $service disable (the tests run their own instance)"
+    $SUDO update-rc.d "$service" disable >/dev/null 2>&1 || true
+    $SUDO "/etc/init.d/$service" stop >/dev/null 2>&1 || true
   fi
-elif [[ -x /etc/init.d/apt-cacher-ng ]] && compgen -G '/etc/rc[2-5].d/S*apt-cacher-ng' >/dev/null; then
-  echo "setup: update-rc.d apt-cacher-ng disable (the tests run their own instance)"
-  $SUDO update-rc.d apt-cacher-ng disable >/dev/null 2>&1 || true
-  $SUDO /etc/init.d/apt-cacher-ng stop >/dev/null 2>&1 || true
-fi
+done
 
 # The base image (podman, debootstrap: Debian's mirrors) builds while pip installs the virtualenv (PyPI): on a fresh
 # machine 74 s and 71 s one after the other, 76 s side by side. Its output follows pip's; its failure fails

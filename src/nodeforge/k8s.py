@@ -20,6 +20,7 @@ from nodeforge import checks, cli, connection, report
 from nodeforge.collection import k8s_validate, model
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (  # isort: skip
+    k8s_images,
     k8s_jobs,
     k8s_objects,
     k8s_scale,
@@ -214,6 +215,9 @@ def register(main: click.Group) -> None:
         facts = k8s_jobs.cluster_facts(cluster, namespace, nodes, nccl_mode)
         try:
             objects = k8s_jobs.build(kind, facts)
+            # From the site's registry where the inventory says so, as render and verify's jobs (action k8s_objects).
+            mirror = k8s_images.mirror_map(cluster.get(k8s_images.VARIABLE))
+            objects = k8s_images.mirrored(objects, mirror, f"k8s job {kind}")
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
         _emit(objects, cluster.k8s_version, output, json_mode, warnings=inputs.warnings)

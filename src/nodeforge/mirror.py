@@ -70,6 +70,8 @@ class Source:
     setting: str = ""  # the variable or manifest entry that names this source (messages)
     hosts: list[str] = field(default_factory=list)
     overrides: dict[str, str] = field(default_factory=dict)  # manifest path -> value, relative to the mirror URL
+    releases: dict[str, str] = field(default_factory=dict)  # image: component -> its release manifest's dest
+    unmirrored: list[str] = field(default_factory=list)  # image: what the cluster needs that no pull copies
 
 
 # ---- plan: what the inventory's nodes and cluster need ----------------------------------------------------------
@@ -307,7 +309,7 @@ def _cluster_sources(m: Any) -> list[Source]:
     return found
 
 
-PARTS = ("nodes", "cluster")
+PARTS = ("nodes", "cluster", "images")  # what the nodes install; the releases k8s renders; the images it names
 
 
 def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> list[Source]:
@@ -358,9 +360,19 @@ def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> lis
                 if host not in kept.hosts:
                     kept.hosts.append(host)
     control = view.hosts_of("k8s_control") or hosts[:1]
-    for source in _cluster_sources(host_model(control[0])) if control and "cluster" in parts else []:
-        merged[(source.kind, source.dest)] = source
-    return sorted(merged.values(), key=lambda s: s.dest)
+    if control and ("cluster" in parts or "images" in parts):
+        from nodeforge import mirror_images
+
+        releases = _cluster_sources(host_model(control[0]))
+        if "cluster" in parts:
+            merged |= {(source.kind, source.dest): source for source in releases}
+    if control and "images" in parts:
+        nodes = {host: inventory_check.plain(view.host_variables(host)[0]) for host in hosts}
+        control_variables = inventory_check.plain(view.host_variables(control[0])[0])
+        images = mirror_images.cluster_source(control_variables, nodes, releases, control[0])
+        merged[(images.kind, images.dest)] = images
+    # Images last: the release manifests name some of them.
+    return sorted(merged.values(), key=lambda s: (s.kind == "image", s.dest))
 
 
 # ---- fetching ---------------------------------------------------------------------------------------------------
@@ -667,9 +679,14 @@ def _write_index(root: Path, index: dict) -> None:
     os.replace(tmp, root / INDEX)
 
 
-def pull(sources: list[Source], root: Path, progress: Progress = _no_progress) -> tuple[Tally, list[str]]:
+def pull(
+    sources: list[Source], root: Path, progress: Progress = _no_progress, images: Any = None
+) -> tuple[Tally, list[str]]:
     """Fetch every source into root; (bytes per source, problems). A source that fails is named and the others are
-    still pulled; the index is written either way, with what verified."""
+    still pulled; the index is written either way, with what verified. images: how skopeo reaches the image
+    registries (mirror_images.Options)."""
+    from nodeforge import mirror_images
+
     root.mkdir(parents=True, exist_ok=True)
     index = read_index(root)
     tally = Tally()
@@ -679,7 +696,9 @@ def pull(sources: list[Source], root: Path, progress: Progress = _no_progress) -
         for source in sources:
             try:
                 entry = asdict(source)
-                if source.kind == "file":
+                if source.kind == "image":
+                    problems += mirror_images.pull(source, root, index, tally, images or mirror_images.Options())
+                elif source.kind == "file":
                     algorithm, digest = _pin(source)
                     if algorithm == "sha256":
                         fetch.get(source.name, source.url, source.dest, sha256=digest)
@@ -704,6 +723,8 @@ def pull(sources: list[Source], root: Path, progress: Progress = _no_progress) -
 def verify(root: Path) -> list[str]:
     """Every file of the index is there with its sha256; every repository's index verifies with its key and names
     each package file by that sha256; nothing else is in the mirror. Problems, one per line."""
+    from nodeforge import mirror_images
+
     index = read_index(root)
     if not index["files"]:
         return [f"{root}: no {INDEX} with files (expected a directory written by nodeforge mirror pull)"]
@@ -725,6 +746,8 @@ def verify(root: Path) -> list[str]:
         for dest, entry in sorted(index["sources"].items()):
             source = Source(**{k: v for k, v in entry.items() if k in Source.__dataclass_fields__})
             try:
+                if source.kind == "image":
+                    continue  # below: mirror_images.verify
                 if source.kind == "file":
                     algorithm, digest = _pin(source)
                     path = root / dest
@@ -738,6 +761,7 @@ def verify(root: Path) -> list[str]:
                 problems += _verify_repo(root, index, source, keyring, sha256)
             except (MirrorError, OSError) as exc:
                 problems.append(f"{dest}: {exc}")
+    problems += mirror_images.verify(root, index)
     known = set(index["files"]) | {INDEX}
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
@@ -812,7 +836,12 @@ def missing(view: Any, root: Path, oses: list[str] = (), parts: tuple[str, ...] 
         path = root / rel
         return bool(record) and path.is_file() and not path.is_symlink() and (not sha256 or record["sha256"] == sha256)
 
+    from nodeforge import mirror_images
+
     for source in plan(view, oses, parts):
+        if source.kind == "image":
+            found += [(source, what) for what in mirror_images.missing(source, root, index)]
+            continue
         if source.kind == "file":
             algorithm, digest = _pin(source)
             if not has(source.dest, digest if algorithm == "sha256" else ""):
@@ -840,9 +869,12 @@ def missing(view: Any, root: Path, oses: list[str] = (), parts: tuple[str, ...] 
     return found
 
 
-def overrides(root: Path, url: str) -> dict:
+def overrides(root: Path, url: str, registry: str = "") -> dict:
     """The manifest overrides that point an inventory at the mirror served at url, as their own variable
-    (nodeforge_manifest_overrides_<suffix> is merged over nodeforge_manifest_overrides: a site's pins stay)."""
+    (nodeforge_manifest_overrides_<suffix> is merged over nodeforge_manifest_overrides: a site's pins stay), and,
+    with the registry the mirror's images were pushed to, k8s_cluster_image_mirror."""
+    from nodeforge import mirror_images
+
     if not url.startswith(("http://", "https://")):
         raise MirrorError(f"--url {url}: expected an http:// or https:// URL")
     index = read_index(root)
@@ -857,7 +889,15 @@ def overrides(root: Path, url: str) -> dict:
             for key in keys[:-1]:
                 node = node.setdefault(key, {})
             node[keys[-1]] = base + value
-    return {"nodeforge_manifest_overrides_mirror": result}
+    found = {"nodeforge_manifest_overrides_mirror": result}
+    if index.get("images") and not registry:
+        raise MirrorError(
+            f"{root}: the mirror holds {len(index['images'])} container image(s): give --registry, the site's "
+            "registry nodeforge mirror push copied them to (k8s_cluster_image_mirror points the cluster there)"
+        )
+    if registry:
+        found["k8s_cluster_image_mirror"] = mirror_images.image_map(index, registry)
+    return found
 
 
 def serve(

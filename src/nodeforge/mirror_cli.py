@@ -1,4 +1,4 @@
-"""`nodeforge mirror pull|verify|overrides|serve`: the CLI of nodeforge.mirror."""
+"""`nodeforge mirror pull|verify|overrides|push|serve`: the CLI of nodeforge.mirror and nodeforge.mirror_images."""
 
 from __future__ import annotations
 
@@ -62,10 +62,22 @@ def register(main: click.Group, check_options: Callable[[Any], Any], inputs_of: 
     )
     @click.option(
         "--only",
-        type=click.Choice(["nodes", "cluster"]),
-        help="Only what the nodes install, or only what `nodeforge k8s` renders and applies.",
+        type=click.Choice(["nodes", "cluster", "images"]),
+        multiple=True,
+        help="Only what the nodes install, the release manifests `nodeforge k8s` renders, or the container images "
+        "the cluster's objects name (repeatable; images read the releases' images from the mirror).",
     )
-    def pull(json_mode: bool, os_list: str, to: Path, only: str | None, **kw: Any) -> None:
+    @_image_options
+    def pull(
+        json_mode: bool,
+        os_list: str,
+        to: Path,
+        only: tuple[str, ...],
+        registries_conf: Path | None,
+        authfile: Path | None,
+        tls_verify: bool,
+        **kw: Any,
+    ) -> None:
         """Fetch what the inventory's nodes and cluster install into the mirror, each file verified by its pin or
         its repository's signature."""
         console = Console(stderr=json_mode)
@@ -79,8 +91,9 @@ def register(main: click.Group, check_options: Callable[[Any], Any], inputs_of: 
         from nodeforge import mirror
 
         oses = [o.strip() for o in os_list.split(",") if o.strip()]
-        parts = (only,) if only else mirror.PARTS
-        _pull(console, json_mode, _call(mirror.plan, inputs.view, oses, parts), to)
+        parts = only or mirror.PARTS
+        images = _image_settings(registries_conf, authfile, tls_verify)
+        _pull(console, json_mode, _call(mirror.plan, inputs.view, oses, parts), to, images)
 
     main.add_command(mirror_group)
 
@@ -113,7 +126,33 @@ def missing_problems(view: Any, root: Path) -> list:
     ]
 
 
-def _pull(console: Console, json_mode: bool, sources: list[mirror.Source], to: Path) -> None:
+def _image_options(func: Any) -> Any:
+    """How skopeo reaches the image registries (pull) or the site's registry (push)."""
+    func = click.option(
+        "--tls-verify/--no-tls-verify",
+        default=True,
+        show_default=True,
+        help="Verify the registries' TLS certificates (--no-tls-verify: a registry on plain HTTP).",
+    )(func)
+    func = click.option(
+        "--authfile",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="The registries' credentials (containers-auth.json, as podman login writes it; never printed).",
+    )(func)
+    return click.option(
+        "--registries-conf",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help="A containers-registries.conf for skopeo: the site's proxy or mirror of the public registries.",
+    )(func)
+
+
+def _image_settings(registries_conf: Path | None, authfile: Path | None, tls_verify: bool) -> Any:
+    from nodeforge import mirror_images
+
+    return mirror_images.Options(registries_conf, authfile, tls_verify)
+
+
+def _pull(console: Console, json_mode: bool, sources: list[mirror.Source], to: Path, images: Any) -> None:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
     from rich.table import Table
 
@@ -135,7 +174,7 @@ def _pull(console: Console, json_mode: bool, sources: list[mirror.Source], to: P
                 tasks[path] = bar.add_task(path, total=total if total >= 0 else None)
             bar.update(tasks[path], completed=done)
 
-        tally, failures = _call(mirror.pull, sources, to, progress)
+        tally, failures = _call(mirror.pull, sources, to, progress, images)
     index = mirror.read_index(to)
     external = sorted({e for s in index["sources"].values() for e in s.get("external") or []})
     code = EXIT_ERROR if failures else EXIT_OK
@@ -219,23 +258,79 @@ def verify(directory: Path, json_mode: bool) -> None:
     sys.exit(code)
 
 
+_registry_option = click.option(
+    "--registry",
+    default="",
+    metavar="HOST[:PORT][/PATH]",
+    help="The site's registry the mirror's images were pushed to (nodeforge mirror push).",
+)
+
+
 @mirror_group.command(name="overrides")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--url", required=True, help="Where the site serves DIR (http:// or https://).")
+@_registry_option
 @_json_option
-def overrides(directory: Path, url: str, json_mode: bool) -> None:
-    """Print the inventory variable that points every source of DIR at the mirror served at URL: a group_vars file
-    (nodeforge_manifest_overrides_mirror, merged over the inventory's own nodeforge_manifest_overrides)."""
+def overrides(directory: Path, url: str, registry: str, json_mode: bool) -> None:
+    """Print the inventory variables that point every source of DIR at the mirror served at URL: a group_vars file
+    (nodeforge_manifest_overrides_mirror, merged over the inventory's own nodeforge_manifest_overrides), and with
+    --registry k8s_cluster_image_mirror (each image the cluster's objects name -> the pushed image, by digest)."""
     import yaml
 
     from nodeforge import mirror
 
-    found = _call(mirror.overrides, directory, url)
+    found = _call(mirror.overrides, directory, url, registry)
     if json_mode:
         report.print_json(report.json_payload("ok", EXIT_OK, variables=found))
         return
-    click.echo(f"---\n# nodeforge mirror overrides {directory} --url {url}")
+    where = f" --registry {registry}" if registry else ""
+    click.echo(f"---\n# nodeforge mirror overrides {directory} --url {url}{where}")
     click.echo(yaml.safe_dump(found, sort_keys=True), nl=False)
+
+
+@mirror_group.command(name="push")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--registry",
+    required=True,
+    metavar="HOST[:PORT][/PATH]",
+    help="The site's registry (Harbor, Quay, Debian's docker-registry...; a path such as a Harbor project).",
+)
+@_image_options
+@_json_option
+def push(
+    directory: Path,
+    registry: str,
+    registries_conf: Path | None,
+    authfile: Path | None,
+    tls_verify: bool,
+    json_mode: bool,
+) -> None:
+    """Copy the mirror's container images into the site's registry, each under its upstream registry and path
+    (REGISTRY/nvcr.io/nvidia/k8s-device-plugin:v0.20.0), digests unchanged."""
+    from nodeforge import mirror, mirror_images
+
+    if not (directory / mirror.INDEX).is_file():
+        raise click.ClickException(
+            f"{directory}: no {mirror.INDEX} (expected a directory written by nodeforge mirror pull)"
+        )
+    options = _image_settings(registries_conf, authfile, tls_verify)
+    pushed, failures = _call(mirror_images.push, directory, registry, options)
+    code = EXIT_ERROR if failures else EXIT_OK
+    if json_mode:
+        problems = [report.problem(str(directory), found=f, expected="the image in the registry") for f in failures]
+        report.print_json(
+            report.json_payload("failed" if failures else "ok", code, problems=problems, pushed=dict(pushed))
+        )
+        sys.exit(code)
+    console = Console()
+    for ref, dest in pushed:
+        console.print(f"{escape(ref)} -> {escape(dest)}", soft_wrap=True)
+    for failure in failures:
+        console.print(f"[red]error[/red]: {escape(failure)}", soft_wrap=True)
+    if not failures:
+        console.print(f"[green]ok[/green]: {len(pushed)} images in {escape(registry)}")
+    sys.exit(code)
 
 
 @mirror_group.command(name="serve")

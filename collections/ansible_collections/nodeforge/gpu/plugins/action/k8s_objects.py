@@ -9,6 +9,7 @@ from typing import Any
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.nodeforge.gpu.plugins.module_utils import (
+    k8s_images,
     k8s_jobs,
     k8s_monitoring,
     k8s_objects,
@@ -26,6 +27,8 @@ description:
     k8s_* settings, C(nodeforge_k8s_distribution), the manifest overrides C(nodeforge_manifest_overrides) and
     C(nodeforge_manifest_overrides_<suffix>)) and each C(gpu_nodes) host's hardware profile, Node name and default
     runtime. The same function serves C(nodeforge k8s job).
+  - Where C(k8s_cluster_image_mirror) is set, every image of the objects is taken from the site's registry by the
+    digest it maps (module_utils/k8s_images.py), and an object whose image it does not map is refused, naming it.
   - Reads the upstream files it builds on from the controller (the role's files, the verified release manifest).
   - Runs on the controller and contacts no node and no API server.
 author: nodeforge
@@ -94,6 +97,17 @@ def cluster_of(task_vars: dict, control: dict) -> k8s_objects.Cluster:
     return k8s_objects.cluster_from(control, nodes)
 
 
+def mirrored(cluster: k8s_objects.Cluster, component: str, objects: list[dict], values: dict) -> list[dict]:
+    """The component's objects with every image taken from the site's registry (k8s_cluster_image_mirror; unchanged
+    when it is empty); K8sConfigError for an image it does not map, and for the GPU Operator's chart values beside it
+    (values: the chart's images are not the objects', and nodeforge mirror does not copy them)."""
+    mapping = k8s_images.mirror_map(cluster.get(k8s_images.VARIABLE))
+    if mapping and values:
+        found, expected = k8s_objects.GPU_OPERATOR_UNMIRRORED
+        raise k8s_objects.K8sConfigError(f"{k8s_images.VARIABLE}: found {found}; expected {expected}")
+    return k8s_images.mirrored(objects, mapping, component)
+
+
 class ActionModule(ActionBase):
     _requires_connection = False
     TRANSFERS_FILES = False
@@ -159,6 +173,7 @@ class ActionModule(ActionBase):
                     result["_ansible_no_log"] = True
             else:
                 raise AnsibleActionFail(f"unknown component {component!r}")
+            objects = mirrored(cluster, component, objects, values)
             resources = k8s_objects.rdma_resources(cluster)
         except k8s_objects.K8sConfigError as exc:
             raise AnsibleActionFail(f"{task_vars.get('inventory_hostname')}: {exc}") from exc

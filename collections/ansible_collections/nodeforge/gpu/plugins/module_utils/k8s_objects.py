@@ -550,6 +550,18 @@ def gpu_operator_conflicts(values: Mapping[str, Any], driver_source: str, device
     return conflicts
 
 
+# The site's registry (k8s_cluster_image_mirror, module_utils/k8s_images.py) beside the GPU Operator: (found, expected),
+# for nodeforge check and render alike. The operator's images are named by its Helm chart, not by objects nodeforge
+# renders, so neither nodeforge mirror nor the map reaches them.
+GPU_OPERATOR_UNMIRRORED = (
+    "images taken from the site's registry with k8s_gpu_operator_enabled true: the GPU Operator's images come from "
+    "its Helm chart, which nodeforge mirror does not copy, and the chart values nodeforge writes pull them upstream",
+    "k8s_gpu_operator_enabled false on a cluster that pulls from the site's registry, the operator installed as "
+    "NVIDIA's air-gapped install of it describes (the images copied by hand and the chart's image repositories set "
+    "to the site's registry); or k8s_cluster_image_mirror empty",
+)
+
+
 def gpu_operator_values(cluster: Cluster, monitoring: Mapping[str, Any] | None = None) -> dict:
     """Helm values of NVIDIA's gpu-operator chart (the manifest's version) for what nodeforge installed on the
     hosts: the driver container only for nodes whose nvidia_driver_source is operator (host-driver nodes carry

@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects
+from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images, k8s_objects
 from ansible_collections.nodeforge.gpu.plugins.module_utils.model import (
     MANIFEST_OVERRIDES,
     HostModel,
     Value,
     as_bool,
     is_empty,
+    is_templated,
     manifest_override_source,
     table,
 )
@@ -324,6 +325,38 @@ def driver_container_has_its_operator(ctx: HostModel) -> Iterator[Violation]:
         own.value, str(source.value), plugin is None or as_bool(plugin.value)
     ):
         yield Violation(own.origin, "k8s_gpu_operator_values", found, expected)
+
+
+@rule
+def image_mirror_maps_by_digest(ctx: HostModel) -> Iterator[Violation]:
+    """k8s_cluster_image_mirror as render and apply read it (k8s_images.mirror_map): each entry an image reference
+    mapped to the site registry's image by digest; and not beside the GPU Operator, whose chart's images nodeforge does
+    not mirror (k8s_objects.GPU_OPERATOR_UNMIRRORED, also enforced by render). A value that is no mapping is the
+    schema's to report."""
+    mirror = ctx.get(k8s_images.VARIABLE)
+    if mirror is None or not isinstance(mirror.value, Mapping):
+        return
+    if any(is_templated(k) or is_templated(v) for k, v in mirror.value.items()):
+        return  # known only when the play templates it
+    try:
+        mapping = k8s_images.mirror_map(mirror.value)
+    except k8s_objects.K8sConfigError as exc:
+        variable, _, message = str(exc).partition(": ")
+        found, _, expected = message.partition("; expected ")
+        yield Violation(
+            mirror.origin,
+            variable,
+            found,
+            expected
+            or "an upstream image reference mapped to the same image in the site's registry by digest "
+            "(registry/path@sha256:<64 hex digits>), as nodeforge mirror overrides --registry writes them",
+        )
+        return
+    enabled = ctx.get("k8s_gpu_operator_enabled")
+    if mapping and enabled is not None and as_bool(enabled.value):
+        found, expected = k8s_objects.GPU_OPERATOR_UNMIRRORED
+        where = f" (k8s_gpu_operator_enabled from {enabled.origin})" if enabled.explicit else ""
+        yield Violation(mirror.origin, k8s_images.VARIABLE, found + where, expected)
 
 
 VALIDATE_CERTS = (
