@@ -530,6 +530,48 @@ def a_planted_key_is_refused_on_the_node(tmp_path: Path, name: str, node: str, u
     assert f"(pinned: {mirror_fingerprint(upstream)}); nothing was installed" in message
 
 
+# Run on a node: its own loopback and its default gateway (the host's side of podman's bridge), at the port given;
+# exit 0 when neither answers, naming what each said.
+_UNREACHABLE = """
+import socket, struct, sys, urllib.request
+port = sys.argv[1]
+routes = [line.split() for line in open("/proc/net/route").read().splitlines()[1:]]
+gateway = next(socket.inet_ntoa(struct.pack("<L", int(r[2], 16))) for r in routes if r[1] == "00000000")
+for host in ("127.0.0.1", gateway):
+    try:
+        urllib.request.urlopen(f"http://{host}:{port}/", timeout=5)
+    except OSError as error:
+        print(f"{host}:{port}: {error}")
+    else:
+        sys.exit(f"{host}:{port} answered")
+"""
+
+
+def the_nodes_cannot_reach_upstream(nodes: list[str], upstream: Path) -> None:
+    """The air gap, by the nodes' network: upstream served again on the host's loopback, as it was for the pull,
+    answers the host, and no node reaches it, neither at the address the pull used (a node's loopback is its own)
+    nor through the podman bridge's gateway."""
+    import functools
+    import http.server
+    import threading
+    import urllib.request
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(upstream))
+    handler.log_message = lambda *_: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/gpgkey") as got:
+            assert got.status == 200
+        for node in nodes:
+            probe = _exec(node, "python3", "-c", _UNREACHABLE, str(server.server_port))
+            assert probe.returncode == 0, f"{node}: {probe.stdout}{probe.stderr}"
+            assert len(probe.stdout.splitlines()) == 2, probe.stdout
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, oses: list[str]) -> None:
     """`lab up --os OS,... --mirror DIR --provision` through the CLI, one node per OS, DIR a `nodeforge mirror pull`
     (pulled_mirror): each with its OS's driver, RDMA and toolkit packages read from its own package manager (dpkg and
@@ -547,6 +589,7 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
             "http://127.0.0.1:8083/cuda/{distro}/"
         )
         provisioned_lab_is_what_the_roles_say(name, nodes, summary, dict(zip(nodes, oses, strict=True)), upstream)
+        the_nodes_cannot_reach_upstream(nodes, upstream)
         # dnf's lock list, with the time of each `dnf versionlock add` in it: a no-op that released and locked again
         # (and hid it with changed_when) would leave other times.
         el_nodes = [node for node, node_os in zip(nodes, oses, strict=True) if PACKAGING[node_os] == "rpm"]

@@ -233,3 +233,17 @@ def test_a_key_file_is_trusted_only_when_every_key_it_holds_is_pinned(tmp_path):
     assert str(refused.value) == (
         f"toolkit: the key at http://x/gpgkey has primary fingerprint(s) {first}, {second}, not the pinned {first}"
     )
+
+
+def test_push_keeps_a_tag_and_puts_an_image_named_by_digest_by_its_digest():
+    digest = "sha256:" + "d" * 64
+    pinned = "quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-operator@sha256:" + "e" * 64
+    assert mirror_images.pushed("registry.site:5000/gpu", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", digest) == (
+        "registry.site:5000/gpu/nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+    )
+    assert mirror_images.pushed("registry.site", pinned, digest) == (
+        f"registry.site/quay.io/ibm-spectrum-scale/ibm-spectrum-scale-csi-operator@{digest}"
+    )
+    assert mirror_images.pushed("localhost:5000", "docker.io/library/busybox:1.36@" + "sha256:" + "f" * 64, digest) == (
+        "localhost:5000/docker.io/library/busybox:1.36"
+    )

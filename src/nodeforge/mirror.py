@@ -393,7 +393,7 @@ class Tally:
 Progress = Callable[[str, int, int], None]  # (path, bytes so far, total or -1)
 
 
-def _no_progress(_path: str, _done: int, _total: int) -> None:
+def no_progress(_path: str, _done: int, _total: int) -> None:
     return None
 
 
@@ -401,7 +401,7 @@ class Fetcher:
     """HTTP(S) downloads into the mirror: resumed from a .part file with a Range request, conditional (ETag,
     Last-Modified) for indexes that change upstream, skipped for a file whose sha256 is known and already there."""
 
-    def __init__(self, root: Path, index: dict, tally: Tally, progress: Progress = _no_progress, timeout: float = 60):
+    def __init__(self, root: Path, index: dict, tally: Tally, progress: Progress = no_progress, timeout: float = 60):
         self.root = root
         self.index = index
         self.tally = tally
@@ -680,7 +680,7 @@ def _write_index(root: Path, index: dict) -> None:
 
 
 def pull(
-    sources: list[Source], root: Path, progress: Progress = _no_progress, images: Any = None
+    sources: list[Source], root: Path, progress: Progress = no_progress, images: Any = None
 ) -> tuple[Tally, list[str]]:
     """Fetch every source into root; (bytes per source, problems). A source that fails is named and the others are
     still pulled; the index is written either way, with what verified. images: how skopeo reaches the image
@@ -697,7 +697,8 @@ def pull(
             try:
                 entry = asdict(source)
                 if source.kind == "image":
-                    problems += mirror_images.pull(source, root, index, tally, images or mirror_images.Options())
+                    options = images or mirror_images.Options()
+                    problems += mirror_images.pull(source, root, index, tally, options, progress)
                 elif source.kind == "file":
                     algorithm, digest = _pin(source)
                     if algorithm == "sha256":

@@ -174,9 +174,17 @@ def _complete(root: Path, digest: str) -> bool:
 
 
 # ---- pull ---------------------------------------------------------------------------------------------------------
-def pull(source: mirror.Source, root: Path, index: dict, tally: mirror.Tally, options: Options) -> list[str]:
+def pull(
+    source: mirror.Source,
+    root: Path,
+    index: dict,
+    tally: mirror.Tally,
+    options: Options,
+    progress: mirror.Progress = mirror.no_progress,
+) -> list[str]:
     """Copy every image the source needs into the layout, by digest; an image whose upstream digest is the one
-    already copied is not fetched again. Problems, one per image that failed."""
+    already copied is not fetched again. Problems, one per image that failed. progress: one bar per image (skopeo
+    tells no byte counts: it starts without a total and ends at the image's size)."""
     problems = list(source.unmirrored)
     images = index.setdefault("images", {})
     layout = root / IMAGES
@@ -186,7 +194,7 @@ def pull(source: mirror.Source, root: Path, index: dict, tally: mirror.Tally, op
         return [*problems, str(exc)]
     for ref, users in sorted(needed.items()):
         try:
-            name, _, digest = ref.partition("@")
+            digest = ref.partition("@")[2]
             if not digest:  # a tag: where it points today, then copied by that digest (a tag moving meanwhile)
                 digest = (
                     "sha256:"
@@ -198,8 +206,9 @@ def pull(source: mirror.Source, root: Path, index: dict, tally: mirror.Tally, op
             if entry.get("source_digest") == digest and _complete(root, entry.get("digest", "")):
                 tally.add(source.name, 0, entry["size"])
                 continue
+            progress(ref, 0, -1)
             before = {p.name for p in (layout / "blobs" / "sha256").glob("*")} if layout.is_dir() else set()
-            repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+            repository = _k8s()[0].repository(ref)
             _skopeo(
                 options,
                 "copy",
@@ -234,6 +243,7 @@ def pull(source: mirror.Source, root: Path, index: dict, tally: mirror.Tally, op
                 "components": users,
             }
             tally.add(source.name, downloaded, images[ref]["size"])
+            progress(ref, images[ref]["size"], images[ref]["size"])
         except mirror.MirrorError as exc:
             problems.append(f"image {ref} ({users}): {exc}")
     for rel in (f"{IMAGES}/index.json", f"{IMAGES}/oci-layout"):
@@ -313,15 +323,21 @@ def check_registry(registry: str) -> str:
     return registry.rstrip("/")
 
 
+def pushed(registry: str, ref: str, digest: str) -> str:
+    """Where push puts an image: under its tag where the upstream reference has one (the copy keeps the digest), by
+    its digest where the reference has none (a registry cannot tag what was named by digest alone)."""
+    name = ref.partition("@")[0]
+    tag = name[len(_k8s()[0].repository(ref)) + 1 :]
+    return f"{target(registry, ref)}:{tag}" if tag else f"{target(registry, ref)}@{digest}"
+
+
 def push(root: Path, registry: str, options: Options) -> tuple[list[tuple[str, str]], list[str]]:
     """Copy every image of the mirror into the registry, digests preserved; ((upstream, pushed), problems)."""
     registry = check_registry(registry)
     index = mirror.read_index(root)
-    pushed, problems = [], []
+    done, problems = [], []
     for ref, entry in sorted((index.get("images") or {}).items()):
-        name, _, _ = ref.partition("@")
-        tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else ""
-        dest = f"{target(registry, ref)}:{tag}" if tag else f"{target(registry, ref)}@{entry['digest']}"
+        dest = pushed(registry, ref, entry["digest"])
         try:
             if not _complete(root, entry["digest"]):
                 raise mirror.MirrorError("not complete in the mirror (nodeforge mirror verify names what is missing)")
@@ -334,10 +350,10 @@ def push(root: Path, registry: str, options: Options) -> tuple[list[tuple[str, s
                 f"oci:{root / IMAGES}:{ref}",
                 f"docker://{dest}",
             )
-            pushed.append((ref, dest))
+            done.append((ref, dest))
         except mirror.MirrorError as exc:
             problems.append(f"image {ref}: {exc}")
-    return pushed, problems
+    return done, problems
 
 
 def image_map(index: dict, registry: str) -> dict[str, str]:
