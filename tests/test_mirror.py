@@ -29,6 +29,7 @@ import yaml
 
 from nodeforge import lab, mirror
 from nodeforge.collection import parsers
+from tests.test_json_output import VALIDATOR
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images  # isort: skip (after the loader)
 
@@ -237,10 +238,14 @@ SITE = {
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The CLI; a pull reaches the image registries through the upstream fixture's registries.conf."""
+    """The CLI; a pull reaches the image registries through the upstream fixture's registries.conf. A --json
+    document is checked against the published schema."""
     if args[:2] == ("mirror", "pull") and REGISTRIES:
         args = (*args, "--registries-conf", str(REGISTRIES["conf"]))
-    return subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(NODEFORGE + list(args), capture_output=True, text=True, check=False, env=env)
+    if "--json" in args:
+        VALIDATOR.validate(json.loads(done.stdout))
+    return done
 
 
 def rel_files(root: Path) -> set[str]:
@@ -534,7 +539,9 @@ def test_serve_answers_over_tls_with_the_sites_certificate(tmp_path, upstream):
         lines = []
         while not lines or lines[-1] != "}\n":
             lines.append(server.stdout.readline())
-        url = json.loads("".join(lines))["url"]
+        serving = json.loads("".join(lines))
+        VALIDATOR.validate(serving)
+        url = serving["url"]
         assert url.startswith("https://127.0.0.1:")
         context = ssl.create_default_context(cafile=str(cert))
         with urllib.request.urlopen(url + "files/mpi_operator/v0.8.0/mpi-operator.yaml", context=context) as answer:

@@ -251,12 +251,15 @@ _PROBLEM = {
 }
 # Every status a verb prints, by verb (docs/json-output.md).
 STATUSES = {
-    "ok": "a command that runs no playbook did what it was asked (init, k8s job/scale-pv/convert-mpijob, lab)",
-    "valid": "check: the inventory is valid",
-    "invalid": "the inventory check refused the input (check, or any verb before its run), or an object is not valid",
+    "ok": "a command that runs no playbook did what it was asked (init, k8s job/scale-pv/convert-mpijob, lab, mirror)",
+    "valid": "check: the inventory is valid; mirror verify: every artefact matches",
+    "invalid": "the inventory check refused the input (check, or any verb before its run), or an object is not valid; "
+    "mirror verify: an artefact does not match",
     "error": "the command line or its input was refused, or the command failed before doing anything (key `error`)",
     "successful": "a run: ansible-runner's status (also failed, canceled, timeout)",
-    "failed": "a run in which a task failed or a host was unreachable; validate: a check failed",
+    "failed": "a run in which a task failed or a host was unreachable; validate: a check failed; mirror pull, push: "
+    "an artefact could not be fetched, verified or pushed",
+    "serving": "mirror serve: the address it serves (then it serves until interrupted)",
     "canceled": "a run interrupted (Ctrl-C)",
     "timeout": "a run that ansible-runner stopped at its timeout",
     "passed": "validate: every check passed or does not apply",
