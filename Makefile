@@ -63,8 +63,7 @@ test: setup
 	wait $$lint; linted=$$?; cat build/lint.log; \
 	if [ $$linted -ne 0 ]; then echo "make test: lint failed (exit $$linted, output above)"; fi; \
 	wait $$legs; built=$$?; cat build/matrix-setup.log; newest=$$built; floor=$$built; \
-	if [ $$built -eq 0 ]; then bash tools/matrix.sh floor >build/matrix-floor.log 2>&1 & floorpid=$$!; \
-	  bash tools/matrix.sh newest; newest=$$?; wait $$floorpid; floor=$$?; cat build/matrix-floor.log; \
+	if [ $$built -eq 0 ]; then bash tools/matrix.sh newest; newest=$$?; bash tools/matrix.sh floor; floor=$$?; \
 	else echo "matrix: the legs' virtualenvs could not be built (exit $$built, output above): legs newest and floor FAILED"; fi; \
 	echo "matrix: main $$tests, newest $$newest, floor $$floor, lint $$linted (exit codes)"; \
 	for s in $$tests $$newest $$floor $$linted; do [ $$s -eq 0 ] || exit $$s; done

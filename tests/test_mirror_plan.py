@@ -193,6 +193,10 @@ def test_overrides_point_each_planned_source_at_the_mirror(tmp_path):
     (tmp_path / mirror.INDEX).write_text(json.dumps(index))
     with pytest.raises(mirror.MirrorError, match=r"holds 1 container image\(s\): give --registry"):
         mirror.overrides(tmp_path, "https://mirror.site:8443")
+    # The lab's nodes run no cluster: its overrides leave the images out.
+    assert list(mirror.overrides(tmp_path, "https://mirror.site:8443", images=False)) == [
+        "nodeforge_manifest_overrides_mirror"
+    ]
     found = mirror.overrides(tmp_path, "https://mirror.site:8443", "registry.site:5000/gpu")
     pushed = f"registry.site:5000/gpu/docker.io/mpioperator/mpi-operator@{digest}"
     assert found["k8s_cluster_image_mirror"] == {"docker.io/mpioperator/mpi-operator:0.8.0": pushed}

@@ -105,15 +105,7 @@ leg_floor() {
   # The collection code that reads what ansible-core has no public interface for (module_utils/upstream.py), and the
   # rule that nothing else does.
   "$venv/bin/pytest" -q -p no:cacheprovider tests/test_managed_files.py tests/test_public_ansible_api.py || status=$?
-  # The package cache the pytest sessions share (tools/apt_cache.py), held for this run too: the newest leg's session,
-  # running beside this leg, would otherwise stop it under molecule's apt (the last owner stops it). Without one the
-  # node fetches Debian's packages direct, as before.
-  local cache=${NODEFORGE_APT_CACHE:-1}
-  if [[ $cache != 0 ]]; then
-    "$venv/bin/python" tools/apt_cache.py start --owner $$ >/dev/null || echo "matrix: floor: no package cache, direct"
-  fi
   NODEFORGE_VENV=$PWD/$venv bash molecule/run.sh preflight || { echo "matrix: floor: molecule preflight failed"; status=1; }
-  [[ $cache == 0 ]] || "$venv/bin/python" tools/apt_cache.py stop --owner $$ >/dev/null || true
   return $status
 }
 

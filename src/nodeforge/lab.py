@@ -644,7 +644,8 @@ def _pulled_vars(mirror: Path | None) -> dict | None:
 
     address = _sample_key_url()
     try:
-        return mirror_module.overrides(mirror, f"{address.scheme}://{address.netloc}")
+        # The lab's nodes run no cluster: the mirror's images, if it holds any, are not theirs.
+        return mirror_module.overrides(mirror, f"{address.scheme}://{address.netloc}", images=False)
     except mirror_module.MirrorError as exc:
         raise LabError(f"--mirror: {exc}") from exc
 

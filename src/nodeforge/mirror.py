@@ -437,12 +437,12 @@ class Fetcher:
             if sha256 and record.get("sha256") == sha256 and target.stat().st_size == record.get("size"):
                 self.tally.add(source, 0, record["size"])
                 return target
-            if sha256 and _sha256(target) == sha256:  # there, but not in the index (an index lost or older)
+            if sha256 and sha256_of(target) == sha256:  # there, but not in the index (an index lost or older)
                 self._record(source, rel, target, url, {})
                 self.tally.add(source, 0, target.stat().st_size)
                 return target
         headers = {}
-        if changing and target.is_file() and record.get("sha256") == _sha256(target):
+        if changing and target.is_file() and record.get("sha256") == sha256_of(target):
             if record.get("etag"):
                 headers["If-None-Match"] = record["etag"]
             if record.get("last_modified"):
@@ -472,7 +472,7 @@ class Fetcher:
                 "etag": response.headers.get("ETag") or "",
                 "last_modified": response.headers.get("Last-Modified") or "",
             }
-        got = _sha256(part)
+        got = sha256_of(part)
         if sha256 and got != sha256:
             part.unlink()
             raise MirrorError(f"{url}: sha256 {got} does not match the pinned {sha256}; not kept")
@@ -483,7 +483,7 @@ class Fetcher:
 
     def _record(self, source: str, rel: str, target: Path, url: str, meta: dict) -> None:
         self.index["files"][rel] = {
-            "sha256": _sha256(target),
+            "sha256": sha256_of(target),
             "size": target.stat().st_size,
             "source": source,
             "url": url,
@@ -518,7 +518,7 @@ def _digest(path: Path, algorithm: str) -> str:
     return digest.hexdigest()
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     return _digest(path, "sha256")
 
 
@@ -734,7 +734,7 @@ def verify(root: Path) -> list[str]:
 
     def sha256(path: Path) -> str:  # each file read once, whichever check asks first
         if path not in hashed:
-            hashed[path] = _sha256(path)
+            hashed[path] = sha256_of(path)
         return hashed[path]
 
     for rel, record in sorted(index["files"].items()):
@@ -772,7 +772,7 @@ def verify(root: Path) -> list[str]:
 
 
 def _repo_index(
-    root: Path, source: Source, keyring: Keyring | None = None, sha256: Callable[[Path], str] = _sha256
+    root: Path, source: Source, keyring: Keyring | None = None, sha256: Callable[[Path], str] = sha256_of
 ) -> tuple[list, list[str]]:
     """The packages a mirrored repository's index lists, and its index files that do not match the signed Release
     or repomd.xml; with a keyring, that signature is checked first (a MirrorError when it does not verify)."""
@@ -870,10 +870,11 @@ def missing(view: Any, root: Path, oses: list[str] = (), parts: tuple[str, ...] 
     return found
 
 
-def overrides(root: Path, url: str, registry: str = "") -> dict:
+def overrides(root: Path, url: str, registry: str = "", images: bool = True) -> dict:
     """The manifest overrides that point an inventory at the mirror served at url, as their own variable
     (nodeforge_manifest_overrides_<suffix> is merged over nodeforge_manifest_overrides: a site's pins stay), and,
-    with the registry the mirror's images were pushed to, k8s_cluster_image_mirror."""
+    with the registry the mirror's images were pushed to, k8s_cluster_image_mirror. images=False: the nodes' and
+    releases' sources only, for an inventory that renders no cluster (the lab's)."""
     from nodeforge import mirror_images
 
     if not url.startswith(("http://", "https://")):
@@ -891,6 +892,8 @@ def overrides(root: Path, url: str, registry: str = "") -> dict:
                 node = node.setdefault(key, {})
             node[keys[-1]] = base + value
     found = {"nodeforge_manifest_overrides_mirror": result}
+    if not images:
+        return found
     if index.get("images") and not registry:
         raise MirrorError(
             f"{root}: the mirror holds {len(index['images'])} container image(s): give --registry, the site's "

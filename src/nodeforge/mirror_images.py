@@ -80,7 +80,9 @@ def _skopeo(options: Options, *args: str, timeout: float = SKOPEO_TIMEOUT) -> by
 
 
 # ---- plan ---------------------------------------------------------------------------------------------------------
-def cluster_source(control: dict, nodes: dict[str, dict], releases: list[mirror.Source], control_host: str) -> Any:
+def cluster_source(
+    control: dict, nodes: dict[str, dict], releases: list[mirror.Source], control_host: str
+) -> mirror.Source:
     """The images source of the cluster: the images its objects name (without the release manifests', which pull
     and check read from the pulled releases), with each component that names them."""
     k8s_images, k8s_objects = _k8s()
@@ -250,7 +252,7 @@ def pull(
         path = root / rel
         if path.is_file():
             index["files"][rel] = {
-                "sha256": mirror._sha256(path),
+                "sha256": mirror.sha256_of(path),
                 "size": path.stat().st_size,
                 "source": source.name,
                 "url": "",
