@@ -333,9 +333,13 @@ def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> lis
     merged: dict[tuple[str, str], Source] = {}
     hosts = view.hosts_of(model.WORKER_GROUP)
 
-    def host_model(host: str) -> Any:
-        variables, origins = view.host_variables(host)
-        return model.HostModel(host, inventory_check.plain(variables), origins)
+    models: dict[str, Any] = {}
+
+    def host_model(host: str) -> Any:  # each host's variables resolved once, whichever part asks first
+        if host not in models:
+            variables, origins = view.host_variables(host)
+            models[host] = model.HostModel(host, inventory_check.plain(variables), origins)
+        return models[host]
 
     for host in hosts if "nodes" in parts else []:
         m = host_model(host)
@@ -367,9 +371,8 @@ def plan(view: Any, oses: list[str] = (), parts: tuple[str, ...] = PARTS) -> lis
         if "cluster" in parts:
             merged |= {(source.kind, source.dest): source for source in releases}
     if control and "images" in parts:
-        nodes = {host: inventory_check.plain(view.host_variables(host)[0]) for host in hosts}
-        control_variables = inventory_check.plain(view.host_variables(control[0])[0])
-        images = mirror_images.cluster_source(control_variables, nodes, releases, control[0])
+        nodes = {host: host_model(host).variables for host in hosts}
+        images = mirror_images.cluster_source(host_model(control[0]).variables, nodes, releases, control[0])
         merged[(images.kind, images.dest)] = images
     # Images last: the release manifests name some of them.
     return sorted(merged.values(), key=lambda s: (s.kind == "image", s.dest))
