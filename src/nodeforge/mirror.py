@@ -675,6 +675,12 @@ def read_index(root: Path) -> dict:
     return index
 
 
+def require_index(root: Path) -> None:
+    """MirrorError unless root holds a mirror's index (serve, push: a directory nodeforge mirror pull wrote)."""
+    if not (root / INDEX).is_file():
+        raise MirrorError(f"{root}: no {INDEX} (expected a directory written by nodeforge mirror pull)")
+
+
 def _write_index(root: Path, index: dict) -> None:
     tmp = root / (INDEX + ".tmp")
     with _open_new(tmp, append=False) as out:
@@ -911,8 +917,7 @@ def serve(
     root: Path, bind: str, port: int, certificate: Path | None = None, key: Path | None = None
 ) -> http.server.ThreadingHTTPServer:
     """An HTTP(S) server of the mirror's files (read-only, no directory listings beyond http.server's)."""
-    if not (root / INDEX).is_file():
-        raise MirrorError(f"{root}: no {INDEX} (expected a directory written by nodeforge mirror pull)")
+    require_index(root)
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -308,12 +308,8 @@ def push(
 ) -> None:
     """Copy the mirror's container images into the site's registry, each under its upstream registry and path
     (REGISTRY/nvcr.io/nvidia/k8s-device-plugin:v0.20.0), digests unchanged."""
-    from nodeforge import mirror, mirror_images
+    from nodeforge import mirror_images
 
-    if not (directory / mirror.INDEX).is_file():
-        raise click.ClickException(
-            f"{directory}: no {mirror.INDEX} (expected a directory written by nodeforge mirror pull)"
-        )
     options = _image_settings(registries_conf, authfile, tls_verify)
     pushed, failures = _call(mirror_images.push, directory, registry, options)
     code = EXIT_ERROR if failures else EXIT_OK

@@ -335,6 +335,7 @@ def pushed(registry: str, ref: str, digest: str) -> str:
 
 def push(root: Path, registry: str, options: Options) -> tuple[list[tuple[str, str]], list[str]]:
     """Copy every image of the mirror into the registry, digests preserved; ((upstream, pushed), problems)."""
+    mirror.require_index(root)
     registry = check_registry(registry)
     index = mirror.read_index(root)
     done, problems = [], []
