@@ -84,7 +84,8 @@ leg_newest() {
   venv=$(venv_for newest)
   echo "matrix: leg newest: $(versions newest)"
   "$venv/bin/pytest" -q -p no:cacheprovider -n 2 -m "not slow and not molecule" || status=$?
-  "$venv/bin/pytest" -q -p no:cacheprovider -n 2 --dist load --maxschedchunk 1 -m "not molecule" \
+  # The slow tests of these files: their fast ones ran in the line above.
+  "$venv/bin/pytest" -q -p no:cacheprovider -n 2 --dist load --maxschedchunk 1 -m "slow and not molecule" \
     tests/test_runner.py tests/test_ansible_settings.py tests/test_checks.py tests/test_samples.py \
     "tests/test_k8s_render.py::test_render_writes_valid_objects_for_each_sample[dgx1-openshift]" \
     tests/test_reboot_play.py tests/test_apt_lists.py tests/test_preflight_filters.py tests/test_strict_conditionals.py \
