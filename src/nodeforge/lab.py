@@ -674,12 +674,22 @@ def _serve_mirror(inventory_file: Path, mirror: Path) -> None:
         raise LabError(f"serving the mirror to the lab's nodes failed ({result.artifacts}): {detail}")
 
 
+def _remove(name: str, containers: list[str]) -> None:
+    """rm -f stops each node (systemd's stop signal, then SIGKILL after 2 s). A node whose systemd halts in that moment
+    makes podman's SIGKILL fail ("container state improper: stopped") and rm fail with it, the other nodes removed;
+    that node is stopped by then, and a second rm of what is left takes it."""
+    if _podman("rm", "-f", "-t", "2", *containers, check=False).returncode == 0:
+        return
+    if left := [n.name for n in nodes(name)]:
+        _podman("rm", "-f", "-t", "2", *left)
+
+
 def down(name: str) -> list[str]:
     from nodeforge import lab_vm
 
     if lab_vm.is_vm_lab(name):
         removed = lab_vm.down(name)
     elif removed := [n.name for n in nodes(name)]:
-        _podman("rm", "-f", "-t", "2", *removed)
+        _remove(name, removed)
     shutil.rmtree(lab_dir(name), ignore_errors=True)
     return removed
