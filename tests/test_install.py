@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from nodeforge import __version__
 from nodeforge.cli import main
-from tests import yaml_c
+from nodeforge.collection import k8s_validate
 from tests.conftest import REPO
 from tests.test_k8s_objects import UPSTREAM, independent_problems
 from tests.test_k8s_render import MPI_OPERATOR, control_overrides
@@ -241,7 +241,7 @@ def test_a_fresh_venv_runs_the_cli_and_the_collection_outside_the_repository(bui
     objects = list(files.values())
     assert independent_problems(objects) == []
     assert sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Node") == ["gpu-node-01", "gpu-node-02"]
-    release = [d for d in yaml_c.load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
+    release = k8s_validate.load_documents((UPSTREAM / MPI_OPERATOR).read_text())
     assert [f"{o['kind']} {o['metadata']['name']}" for o in release if o not in objects] == []
     assert f"{len(files) + 1} files in {(operator / 'out').resolve()}" in render.stdout
 

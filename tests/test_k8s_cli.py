@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from nodeforge import cli
 from nodeforge.cli import main
-from tests import yaml_c
+from nodeforge.collection import k8s_validate
 from tests.test_k8s_jobs import NP_FORMS, alias_bomb, line_of, minimal, with_launcher
 from tests.test_k8s_objects import independent_problems
 
@@ -28,7 +28,7 @@ def run(*args: str):
 
 
 def documents(text: str) -> list[dict]:
-    return [doc for doc in yaml_c.load_all(text) if doc]
+    return k8s_validate.load_documents(text)
 
 
 def test_nccl_job_for_the_dgx1_openshift_sample():

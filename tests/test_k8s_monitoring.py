@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from nodeforge.collection import k8s_validate, model
-from tests import monitoring_sample, yaml_c
+from tests import monitoring_sample
 from tests.conftest import REPO
 from tests.test_k8s_objects import ROLES, UPSTREAM, _file, cluster, independent_problems
 
@@ -69,8 +69,8 @@ def test_the_shipped_upstream_files_are_the_pinned_ones():
 def test_the_manifest_pins_the_image_of_the_pinned_release():
     [daemonset] = [
         d
-        for d in yaml_c.load_all((MONITORING / "dcgm-exporter-4.5.3-4.8.2.yaml").read_text())
-        if d and d["kind"] == "DaemonSet"
+        for d in k8s_validate.load_documents((MONITORING / "dcgm-exporter-4.5.3-4.8.2.yaml").read_text())
+        if d["kind"] == "DaemonSet"
     ]
     pin = model.manifest()["kubernetes"]["dcgm_exporter"]
     assert pin["image"] == daemonset["spec"]["template"]["spec"]["containers"][0]["image"]

@@ -22,7 +22,6 @@ import yaml
 
 from nodeforge import checks, runner
 from nodeforge.collection import k8s_validate
-from tests import yaml_c
 from tests.k8s_api_replay import write_kubeconfig
 from tests.test_k8s_images import SITE, site_map
 from tests.test_k8s_objects import UPSTREAM, independent_problems
@@ -115,7 +114,10 @@ def k8s(verb: str, tmp_path: Path, url: str, sample: str, *extra: str, checksum:
 
 
 def read_rendered(directory: Path) -> dict[str, dict]:
-    return {path.name: yaml_c.load(path.read_text()) for path in sorted(directory.glob("*.yaml"))}
+    # libyaml's parser, as the collection reads YAML (k8s_validate.load_documents): the pure-Python one took seconds.
+    return {
+        path.name: yaml.load(path.read_text(), Loader=yaml.CSafeLoader) for path in sorted(directory.glob("*.yaml"))
+    }
 
 
 def planned_images(tmp_path: Path, url: str, sample: str) -> dict[str, list[str]]:
@@ -167,7 +169,7 @@ def test_render_writes_valid_objects_for_each_sample(tmp_path, upstream_url, sam
     }
     assert (expected <= monitored) is (sample in ("dgx1-openshift", "c4140-k8s")), monitored
     # The MPI Operator's objects are the pinned release's, unchanged.
-    release = [d for d in yaml_c.load_all((UPSTREAM / MPI_OPERATOR).read_text()) if d]
+    release = k8s_validate.load_documents((UPSTREAM / MPI_OPERATOR).read_text())
     for obj in release:
         assert obj in objects, f"{obj['kind']} {obj['metadata']['name']}"
     # nodeforge mirror copies every image render wrote: its plan (k8s_images.cluster_images) names them all.

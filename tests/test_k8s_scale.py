@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from nodeforge.collection import k8s_validate, model
-from tests import yaml_c
 from tests.test_k8s_objects import UPSTREAM, _nullable
+from tests.test_k8s_render import read_rendered
 
 from ansible_collections.nodeforge.gpu.plugins.action.k8s_render import MARKER, ActionModule  # isort: skip
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_scale  # isort: skip
@@ -636,7 +636,7 @@ def test_render_of_a_redbook_style_inventory_has_the_scale_objects_and_no_passwo
     inventory = scale_inventory(tmp_path, upstream_url)
     run = nodeforge("k8s", "render", *inventory, "-o", str(out), "--json", "-vvv")
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    files = {p.name: yaml_c.load(p.read_text()) for p in sorted(out.glob("*.yaml"))}
+    files = read_rendered(out)
     objects = [obj for name, obj in files.items() if name != "kustomization.yaml"]
     kinds = [obj["kind"] for obj in objects]
     assert "Secret" not in kinds

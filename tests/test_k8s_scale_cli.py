@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from nodeforge.cli import main
-from tests import yaml_c
+from nodeforge.collection import k8s_validate
 from tests.test_k8s_objects import independent_problems
 from tests.test_k8s_scale import FS_UID, LOCAL, redbook_settings
 
@@ -23,7 +23,7 @@ def scale_pv(*args: str):
 
 
 def documents(text: str) -> list[dict]:
-    return [doc for doc in yaml_c.load_all(text) if doc]
+    return k8s_validate.load_documents(text)
 
 
 def test_the_redbook_static_volume_from_options():

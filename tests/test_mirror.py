@@ -28,8 +28,7 @@ import pytest
 import yaml
 
 from nodeforge import lab, mirror
-from nodeforge.collection import parsers
-from tests import yaml_c
+from nodeforge.collection import k8s_validate, parsers
 from tests.test_json_output import VALIDATOR
 
 from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_images  # isort: skip (after the loader)
@@ -519,7 +518,7 @@ def test_k8s_render_works_offline_from_the_mirror(tmp_path):
     assert sorted(p.name.split("-")[0] for p in (cache / "nodeforge/k8s").iterdir()) == ["ibm", "mpi"]
     objects = [yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")]
     for name, file in releases.items():
-        release = [d for d in yaml_c.load_all((UPSTREAM_MANIFESTS / file).read_text()) if d]
+        release = k8s_validate.load_documents((UPSTREAM_MANIFESTS / file).read_text())
         assert [f"{o['kind']} {o['metadata']['name']}" for o in release if o not in objects] == [], name
 
 
@@ -630,7 +629,9 @@ def test_images_are_copied_by_digest_pushed_to_the_sites_registry_and_rendered_f
         out = tmp_path / "out"
         rendered = run("k8s", "render", "-i", str(inv), "-i", str(pointed), "-o", str(out), "--json")
         assert rendered.returncode == 0, rendered.stdout[-3000:] + rendered.stderr[-3000:]
-        objects = [d for p in out.glob("*.yaml") for d in yaml_c.load_all(p.read_text()) if isinstance(d, dict)]
+        objects = [
+            d for p in out.glob("*.yaml") for d in k8s_validate.load_documents(p.read_text()) if isinstance(d, dict)
+        ]
         named = k8s_images.named(objects)
         # The device plugin's DaemonSet and the MPI Operator's Deployment (from its release).
         assert sorted(k8s_images.repository(ref) for ref in named) == [
