@@ -46,8 +46,8 @@ molecule:
 # oldest (2.16) ansible-core; their virtualenvs build beside lint. Each leg prints its versions and its verdict; any
 # failure fails the target.
 # `make test` leaves out the runs marked `full` (the VM tier, the 4-node lab's rolling upgrade, Debian's DKMS build of
-# the real driver, the CUDA repository's driver and preflight on Debian 12, the scenarios repeated on Debian 13 and
-# Rocky 8, three legacy or brownfield variants of roles):
+# the real driver, GPUDirect's DKMS builds, the CUDA repository's driver and preflight on Debian 12, the scenarios
+# repeated on Debian 13 and Rocky 8, three legacy or brownfield variants of roles):
 # with them the suite takes about an hour on a quiet 2-core machine and twice that in the machine's slow phases, past
 # CI's 90 minutes. `make test-full` is the same target with them in (docs/testing.md, "What make test runs").
 TEST_MARKERS ?= not matrix and not full
