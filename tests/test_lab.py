@@ -504,10 +504,11 @@ def pulled_mirror(tmp_path: Path, nodes: list[str], oses: list[str]) -> tuple[Pa
     return upstream, served
 
 
-def a_planted_key_is_refused_on_the_node(tmp_path: Path, name: str, node: str, upstream: Path) -> None:
+def a_planted_key_is_refused_on_the_node(tmp_path: Path, name: str, node: str, other: str, upstream: Path) -> None:
     """Another key where the mirror has the toolkit's (on one node's served copy, as a tampered mirror would serve
     it): the role on that node refuses it against the pinned fingerprint, naming the key file's URL and the key it
-    holds, and installs nothing; the other nodes pass."""
+    holds, and installs nothing; another node, its copy untouched, passes. The run is `lab provision --limit` of the
+    two: the other nodes would only repeat the second's run."""
     home = tmp_path / "attacker"
     home.mkdir(mode=0o700)
     gpg = ["gpg", "--batch", "--homedir", str(home), "--passphrase", ""]
@@ -520,10 +521,15 @@ def a_planted_key_is_refused_on_the_node(tmp_path: Path, name: str, node: str, u
     copy = subprocess.run(["podman", "exec", "-i", node, "sh", "-c", f"cat > {served}"], input=planted, text=True,
                           capture_output=True, env=lab.podman_env(), check=False)  # fmt: skip
     assert copy.returncode == 0, copy.stderr
-    run = CliRunner().invoke(main, ["lab", "provision", "--tags", "nvidia_container_toolkit", "--json", "--name", name])
+    argv = ["--limit", f"{node},{other}", "--tags", "nvidia_container_toolkit", "--json", "--name", name]
+    run = CliRunner().invoke(main, ["lab", "provision", *argv])
     assert run.exit_code == 2, run.output
-    [failure] = json.loads(run.stdout)["failures"]
+    result = json.loads(run.stdout)
+    [failure] = result["failures"]
     assert failure["host"] == node
+    # Only the two nodes ran; the other one went through the toolkit's tasks without a failure.
+    assert sorted(result["hosts"]) == sorted([node, other]), result["hosts"]
+    assert result["hosts"][other]["failed"] == 0 and result["hosts"][other]["ok"] > 0, result["hosts"][other]
     message = " ".join(failure["message"].split())
     assert "file at http://127.0.0.1:8083/nvidia-container-toolkit/gpgkey holds the key(s) " in message, message
     assert f"holds the key(s) {fingerprint}, of which the version manifest does not pin {fingerprint} " in message
@@ -597,7 +603,7 @@ def mixed_lab_provisions_and_reprovisions_changing_nothing(tmp_path, name: str, 
         assert all("nvidia-container-toolkit-0:" in text for text in locks.values()), locks
         reprovision_changes_nothing(name)
         assert {node: _exec(node, "cat", "/etc/dnf/plugins/versionlock.list").stdout for node in el_nodes} == locks
-        a_planted_key_is_refused_on_the_node(tmp_path, name, nodes[0], upstream)
+        a_planted_key_is_refused_on_the_node(tmp_path, name, nodes[0], nodes[-1], upstream)
         # The nodes' OSes are the lab's: `lab up` again with another list refuses, and removes nothing.
         other = "debian13" if oses[0] != "debian13" else "debian12"
         again = CliRunner().invoke(main, ["lab", "up", "--os", other, "--name", name])

@@ -760,12 +760,13 @@ def _lab_provision(name: str, json_mode: bool, files: Any = (), **kw: Any) -> in
 
 @lab_group.command(name="provision")
 @click.option("--json", "json_mode", is_flag=True, help="Machine-readable summary.")
+@click.option("-l", "--limit", help="Limit to these lab nodes (Ansible pattern, e.g. nodeforge-lab-1).")
 @click.option("-t", "--tags", help="Only run tasks with these tags.")
 @click.option("-e", "--extra-vars", "extra_vars", multiple=True, help="k=v, @file.yml or JSON; repeatable.")
 @_lab_name
-def lab_provision(json_mode: bool, tags: str | None, extra_vars: tuple[str, ...], name: str) -> None:
+def lab_provision(json_mode: bool, limit: str | None, tags: str | None, extra_vars: tuple[str, ...], name: str) -> None:
     """Run `provision` against the lab's nodes."""
-    sys.exit(_lab_provision(name, json_mode, tags=tags, extra_vars=extra_vars))
+    sys.exit(_lab_provision(name, json_mode, limit=limit, tags=tags, extra_vars=extra_vars))
 
 
 _lab_json = click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
