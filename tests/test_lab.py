@@ -181,8 +181,11 @@ def el_node_has_its_stack(host: str, node_os: str, fingerprint: str) -> None:
     repos = lab._podman("exec", host, "dnf", "--quiet", "repolist", "--enabled").stdout.split("\n")[1:]
     ids = {line.split()[0] for line in repos if line.strip()}
     assert {"cuda-rhel" + node_os[-1] + "-x86_64", "nvidia-container-toolkit", "epel"} <= ids, (host, ids)
-    for repo in ids:
-        shown = lab._podman("exec", host, "dnf", "config-manager", "--dump", repo).stdout
+    dumped = lab._podman("exec", host, "dnf", "config-manager", "--dump", *sorted(ids)).stdout
+    # One section per repository, each under its "=== repo: ID ===" line.
+    sections = dict(re.findall(r"^=+ repo: (\S+) =+$\n(.*?)(?=^=+ repo: |\Z)", dumped, re.M | re.S))
+    assert sorted(sections) == sorted(ids), (host, dumped)
+    for repo, shown in sections.items():
         check = "repo_gpgcheck" if repo == "nvidia-container-toolkit" else "gpgcheck"
         assert re.search(rf"^{check} = 1$", shown, re.M), (host, repo, shown)
 
