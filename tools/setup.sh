@@ -75,7 +75,9 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "setup: virtualenv .venv (pip install -e .[test])"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[test]'
+  # --no-compile: pip would byte-compile every file it installs, the `ansible` package's thousands of collection
+  # modules among them, most of which no run here imports; Python compiles (and caches) what a run imports.
+  .venv/bin/pip install -q --no-compile -e '.[test]'
   echo "$want" >"$stamp"
 fi
 
