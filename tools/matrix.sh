@@ -64,12 +64,11 @@ build() {
   rm -rf "$venv"
   "$python" -m venv "$venv" || die "leg $leg: $python -m venv failed"
   "$venv/bin/pip" install -q --upgrade pip >/dev/null || die "leg $leg: pip upgrade failed"
-  # --no-compile, as tools/setup.sh installs .venv: Python compiles what a run imports, not the whole `ansible` package.
   if [[ $leg == newest ]]; then
-    "$venv/bin/pip" install -q --no-compile -e '.[test]' "${NEWEST[@]}" || die "leg newest: pip install failed"
+    "$venv/bin/pip" install -q -e '.[test]' "${NEWEST[@]}" || die "leg newest: pip install failed"
   else
-    "$venv/bin/pip" install -q --no-compile "${FLOOR[@]}" "${FLOOR_TOOLS[@]}" || die "leg floor: pip install failed"
-    "$venv/bin/pip" install -q --no-compile --no-deps -e . || die "leg floor: pip install -e . failed"
+    "$venv/bin/pip" install -q "${FLOOR[@]}" "${FLOOR_TOOLS[@]}" || die "leg floor: pip install failed"
+    "$venv/bin/pip" install -q --no-deps -e . || die "leg floor: pip install -e . failed"
   fi
   echo "$want" >"$venv/.nodeforge-installed"
 }

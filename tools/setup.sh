@@ -75,9 +75,9 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "setup: virtualenv .venv (pip install -e .[test])"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  # --no-compile: pip would byte-compile every file it installs, the `ansible` package's thousands of collection
-  # modules among them, most of which no run here imports; Python compiles (and caches) what a run imports.
-  .venv/bin/pip install -q --no-compile -e '.[test]'
+  # Byte-compiled by pip (not --no-compile: these machines set PYTHONDONTWRITEBYTECODE=1, so nothing a run imports
+  # would ever be cached, and every ansible-playbook would compile ansible-core again; docs/testing.md).
+  .venv/bin/pip install -q -e '.[test]'
   echo "$want" >"$stamp"
 fi
 
