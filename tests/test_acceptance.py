@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible.errors import AnsibleFilterError
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar
 
@@ -933,8 +934,12 @@ def test_filters_expose_the_parsers_and_evaluators():
     assert len(filters) == 28
     assert all(name.startswith("acceptance_") for name in filters)
     # The parsers' ParseError becomes Ansible's filter error; the evaluators do not raise.
-    assert filters["acceptance_ib_write_bw"].__wrapped__ is acceptance.ib_write_bw
-    assert filters["acceptance_evaluate_gpus"] is acceptance.evaluate_gpus
+    report = output("ib-write-bw-redbook-004.txt")
+    assert filters["acceptance_ib_write_bw"](report) == acceptance.ib_write_bw(report)
+    with pytest.raises(AnsibleFilterError, match="ib_write_bw"):
+        filters["acceptance_ib_write_bw"]("no table here")
+    gpus = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)"
+    assert filters["acceptance_evaluate_gpus"](gpus, 1, "H100") == acceptance.evaluate_gpus(gpus, 1, "H100")
     doc = yaml.safe_load(acceptance_filter.DOCUMENTATION)
     assert doc["name"] in filters
     # The parsers are named one by one; the evaluators as the family C(acceptance_evaluate_*), with what they return.

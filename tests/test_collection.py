@@ -4,6 +4,7 @@ installs on its own and runs its playbooks by FQCN; its metadata declares what i
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -292,6 +293,36 @@ def test_every_filter_plugin_documents_itself_in_yaml_that_parses():
             assert doc["name"] in module.FilterModule().filters(), path.name
             documented += 1
     assert documented >= 8
+
+
+# What ansible-core does in each worker process that templates a nodeforge.gpu filter: it loads every filter file of
+# the collection (plugins/plugin_utils/filter_errors.py says why that matters), then calls the one asked for.
+FIRST_FILTER_CALL = """
+import json, sys
+from ansible.plugins.loader import filter_loader, init_plugin_loader
+init_plugin_loader([sys.argv[1]])
+def ours():
+    return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith(sys.argv[2] + ".") or m == "jsonschema")
+madison = filter_loader.get("nodeforge.gpu.madison")
+loaded = ours()
+madison.j2_function("nvidia-driver | 1.0 | https://example.invalid bookworm/main amd64 Packages")
+print(json.dumps([loaded, ours()]))
+"""
+
+
+def test_loading_the_filter_files_imports_no_module_utils_until_a_filter_runs():
+    """A node task that templates one filter loads every filter file in its worker: none of them imports its
+    module_utils (the cluster layer's jsonschema among them) before one of its filters runs; then only that one."""
+    package = "ansible_collections.nodeforge.gpu.plugins.module_utils"
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_FILTER_CALL, str(REPO / "collections"), package],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    loaded, after_call = json.loads(run.stdout)
+    assert loaded == [], loaded
+    assert after_call == ["parsers"]
 
 
 def test_every_action_plugin_documents_itself_in_yaml_that_parses():

@@ -389,6 +389,8 @@ def parser_filters() -> Iterator[tuple[str, Callable, Callable]]:
         over_output.discard("acceptance_rdma_threshold_mbs")  # a rate in Gb/s in, not a command's output
         for name, func in filter_module.FilterModule().filters().items():
             parser = getattr(func, "__wrapped__", func)
+            if hasattr(parser, "module_utils"):  # imported at the filter's first call (plugin_utils/filter_errors.py)
+                parser = getattr(importlib.import_module(parser.module_utils), parser.__name__)
             if parser in PARSERS.values() or name in over_output:
                 yield name, func, parser
 

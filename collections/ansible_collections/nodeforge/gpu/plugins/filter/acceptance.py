@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import acceptance
-from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils, reraise_as_filter_error
+
+acceptance = ModuleUtils("acceptance")
 
 DOCUMENTATION = r"""
 name: acceptance_ib_write_bw
@@ -65,7 +66,7 @@ EVALUATORS = (
 )
 
 
-_fail = reraise_as_filter_error(acceptance.ParseError)
+_fail = reraise_as_filter_error(acceptance, "ParseError")
 
 
 class FilterModule:

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import decisions, parsers
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils
+
+decisions = ModuleUtils("decisions")
+parsers = ModuleUtils("parsers")
 
 DOCUMENTATION = r"""
 name: nv_peer_mem_builds

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import k8s_objects, k8s_validate
-from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils, reraise_as_filter_error
+
+k8s_objects = ModuleUtils("k8s_objects")
+k8s_validate = ModuleUtils("k8s_validate")
 
 DOCUMENTATION = r"""
 name: kubeconfig_server
@@ -27,7 +29,7 @@ options:
 """
 
 
-@reraise_as_filter_error(k8s_objects.K8sConfigError)
+@reraise_as_filter_error(k8s_objects, "K8sConfigError")
 def kubeconfig_server(text: str, context: str = "", path: str = "") -> str:
     return k8s_objects.kubeconfig_server(text, context, path)
 

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils
+
+parsers = ModuleUtils("parsers")
 
 DOCUMENTATION = r"""
 name: driver_apt_todo

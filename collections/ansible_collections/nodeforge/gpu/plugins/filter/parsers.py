@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import parsers
-from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils, reraise_as_filter_error
+
+parsers = ModuleUtils("parsers")
 
 DOCUMENTATION = r"""
 name: madison
@@ -37,7 +38,7 @@ options:
 """
 
 
-_fail = reraise_as_filter_error(parsers.ParseError)
+_fail = reraise_as_filter_error(parsers, "ParseError")
 
 
 class FilterModule:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import preflight
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils
+
+preflight = ModuleUtils("preflight")
 
 DOCUMENTATION = r"""
 name: preflight_probed

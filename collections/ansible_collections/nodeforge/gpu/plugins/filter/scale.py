@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import scale
-from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils, reraise_as_filter_error
+
+scale = ModuleUtils("scale")
 
 DOCUMENTATION = r"""
 name: scale_mmlscluster
@@ -38,7 +39,7 @@ options:
 
 
 # ScaleError covers the parsers' ScaleParseError (a ParseError too) and the refused settings of scale_owned_calls.
-_fail = reraise_as_filter_error(scale.ScaleError)
+_fail = reraise_as_filter_error(scale, "ScaleError")
 
 
 def unapplied(mmlsconfig: str, wanted: dict) -> dict:

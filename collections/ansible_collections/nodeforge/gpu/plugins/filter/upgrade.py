@@ -4,8 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import upgrade
-from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import reraise_as_filter_error
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils, reraise_as_filter_error
+
+upgrade = ModuleUtils("upgrade")
 
 DOCUMENTATION = r"""
 name: upgrade_node_plan
@@ -34,7 +35,7 @@ options:
 """
 
 
-_fail = reraise_as_filter_error(upgrade.UpgradeError)
+_fail = reraise_as_filter_error(upgrade, "UpgradeError")
 
 
 class FilterModule:

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.nodeforge.gpu.plugins.module_utils import validate
+from ansible_collections.nodeforge.gpu.plugins.plugin_utils.filter_errors import ModuleUtils
+
+validate = ModuleUtils("validate")
 
 DOCUMENTATION = r"""
 name: validate_rdma_pairs
