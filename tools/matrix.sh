@@ -65,11 +65,13 @@ build() {
   "$python" -m venv "$venv" || die "leg $leg: $python -m venv failed"
   "$venv/bin/pip" install -q --upgrade pip >/dev/null || die "leg $leg: pip upgrade failed"
   if [[ $leg == newest ]]; then
-    "$venv/bin/pip" install -q -e '.[test]' "${NEWEST[@]}" || die "leg newest: pip install failed"
+    "$venv/bin/pip" install -q --no-compile -e '.[test]' "${NEWEST[@]}" || die "leg newest: pip install failed"
   else
-    "$venv/bin/pip" install -q "${FLOOR[@]}" "${FLOOR_TOOLS[@]}" || die "leg floor: pip install failed"
+    "$venv/bin/pip" install -q --no-compile "${FLOOR[@]}" "${FLOOR_TOOLS[@]}" || die "leg floor: pip install failed"
     "$venv/bin/pip" install -q --no-deps -e . || die "leg floor: pip install -e . failed"
   fi
+  # Byte-compiled once, less the collections (tools/compile_venv.sh says why).
+  bash tools/compile_venv.sh "$venv" || die "leg $leg: byte-compiling the virtualenv failed"
   echo "$want" >"$venv/.nodeforge-installed"
 }
 

@@ -75,9 +75,10 @@ if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
   echo "setup: virtualenv .venv (pip install -e .[test])"
   python3 -m venv .venv
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  # Byte-compiled by pip (not --no-compile: these machines set PYTHONDONTWRITEBYTECODE=1, so nothing a run imports
-  # would ever be cached, and every ansible-playbook would compile ansible-core again; docs/testing.md).
-  .venv/bin/pip install -q -e '.[test]'
+  # Byte-compiled once by tools/compile_venv.sh, not by pip: nothing a run imports may go without its .pyc, and the
+  # collections that ansible-core compiles from source need none.
+  .venv/bin/pip install -q --no-compile -e '.[test]'
+  bash tools/compile_venv.sh .venv
   echo "$want" >"$stamp"
 fi
 
