@@ -15,5 +15,5 @@ import verify_lib
 
 @pytest.fixture(scope="module")
 def node():
-    """The scenario's podman container, reached through testinfra's podman backend."""
-    return verify_lib.podman_node()
+    """The scenario's node (verify_lib.node_host)."""
+    return verify_lib.node_host()

@@ -76,5 +76,27 @@ mkdir -p /var/tmp/nodeforge-molecule
 exec 8>"/var/tmp/nodeforge-molecule/$scenario.lock"
 flock 8
 
+# How the node is reached (molecule/shared/base.yml, create.yml, verify_lib.node): over SSH, as the lab's nodes and
+# real ones are, on the loopback port podman publishes for the container's sshd, with the harness's own client and
+# host keys (host key checking on). A `podman exec` costs the machine about 0.24 CPU-s, a command over SSH's master
+# connection about 0.02 (docs/testing.md, "The molecule connection"). An image chosen with MOLECULE_DISTRO (the GitHub
+# workflow's public images have no sshd) is reached through `podman exec` (nodeforge_podman) instead.
+export NODEFORGE_MOLECULE_SSH=${XDG_CACHE_HOME:-$HOME/.cache}/nodeforge-molecule/$scenario
+if [[ -z $chosen ]]; then
+  export NODEFORGE_MOLECULE_CONNECTION=ssh
+  command -v ssh >/dev/null && command -v ssh-keygen >/dev/null ||
+    { echo "error: the scenarios reach their node over SSH: install openssh-client" >&2; exit 1; }
+  # Kept between runs (the scenario's lock above is held): a node created by an earlier `run.sh SCENARIO create`
+  # still holds these keys.
+  mkdir -p -m 0700 "$NODEFORGE_MOLECULE_SSH"
+  for key in id_ed25519 ssh_host_ed25519_key; do
+    [[ -f $NODEFORGE_MOLECULE_SSH/$key && -f $NODEFORGE_MOLECULE_SSH/$key.pub ]] && continue
+    rm -f "$NODEFORGE_MOLECULE_SSH/$key" "$NODEFORGE_MOLECULE_SSH/$key.pub"
+    ssh-keygen -q -t ed25519 -N '' -C "nodeforge molecule $scenario $key" -f "$NODEFORGE_MOLECULE_SSH/$key"
+  done
+else
+  export NODEFORGE_MOLECULE_CONNECTION=nodeforge_podman
+fi
+
 cd "$repo"
 exec molecule --base-config "$base_config" "$command" --scenario-name "$scenario" "$@"

@@ -1,4 +1,5 @@
-"""What every scenario's testinfra verifier shares: the node over `podman exec`, and playbook runs parsed as JSON.
+"""What every scenario's testinfra verifier shares: the node (over SSH, or `podman exec` where molecule/run.sh chose
+it), and playbook runs parsed as JSON.
 
 A verifier imports this module after putting molecule/shared on sys.path:
 
@@ -34,9 +35,24 @@ def node_name() -> str:
     return f"nodeforge-{os.environ['MOLECULE_SCENARIO_NAME']}"
 
 
-def podman_node():
-    """The container through `podman exec`: molecule's ansible backend pays a whole ansible run per command."""
-    return testinfra.get_host(f"podman://{node_name()}")
+def node_host():
+    """The scenario's node for testinfra, reached as molecule/run.sh chose (NODEFORGE_MOLECULE_CONNECTION): over SSH
+    with the harness's key and known_hosts on the port create.yml recorded, through one master connection; or through
+    `podman exec`. Never molecule's ansible backend, which pays a whole ansible run per command."""
+    name = node_name()
+    if os.environ.get("NODEFORGE_MOLECULE_CONNECTION") != "ssh":
+        return testinfra.get_host(f"podman://{name}")
+    keys = Path(os.environ["NODEFORGE_MOLECULE_SSH"])
+    port = int((keys / f"{name}.port").read_text())
+    return testinfra.get_host(
+        f"ssh://root@127.0.0.1:{port}",
+        ssh_identity_file=str(keys / "id_ed25519"),
+        controlpath=str(keys / f"cm{port}"),  # short: ssh appends 17 characters, a socket path holds 107
+        ssh_extra_args=(
+            f"-o UserKnownHostsFile={keys / 'known_hosts'} -o StrictHostKeyChecking=yes -o HostKeyAlias={name} "
+            "-o BatchMode=yes"
+        ),
+    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ MARKER = "/var/lib/nodeforge/reboot-required"
 
 @pytest.fixture(scope="module")
 def host():
-    return verify_lib.podman_node()
+    return verify_lib.node_host()
 
 
 def converge() -> dict:

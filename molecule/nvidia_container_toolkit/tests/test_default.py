@@ -5,7 +5,7 @@ report the nvidia runtime themselves. CRI-O and podman are not installed: their 
 formats (TOML; the OCI hooks 1.0.0 rules of containers/common's hook reader). The role installed the manifest's toolkit
 1.20.0 exactly, pinned and held although 1.21.0 is in the repository, and added nvidia to every runtime without
 making it the default (Kubernetes selects it through the RuntimeClass). No GPU here: CDI generation was skipped.
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ that list (a copy kept), moved the toolkit to the manifest's 1.20.0 (held again)
 containerd and Docker, and both daemons, restarted, run the operator's settings still.
 The node also looks like a GPU node to the toolkit (prepare.yml: /dev/nvidiactl, an nvidia-smi stand-in reporting one
 compute process, the nvidia module in modules.dep), so the role took the CDI refresh path of toolkit >= 1.18.
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

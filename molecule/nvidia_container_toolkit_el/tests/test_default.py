@@ -4,7 +4,7 @@ The role wrote NVIDIA's .repo (metadata signed, repo_gpgcheck=1), imported the v
 installed python3-dnf-plugin-versionlock from the release's AppStream (a signed package: gpgcheck on), then the
 manifest's toolkit 1.20.0 exactly and locked it with dnf versionlock, although 1.21.0 is in the repository. Every
 check reads the node's own package manager: `rpm -q`, `dnf versionlock list`, `dnf repolist`, the rpm database's
-gpg-pubkey entries. Commands run through `podman exec` (testinfra's podman backend).
+gpg-pubkey entries. Commands run on the node as verify_lib.node_host reaches it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The node got cuda-keyring from the repository, a source list signed-by its key, nvidia-driver-pinning-580 before
 any driver package, and nvidia-open 580.105.08 exactly, pinned and held although 580.126.20 is there too. The
 last test moves the pin up (to the manifest's version) and back down through the role, the only way the version
-moves. Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+moves. Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

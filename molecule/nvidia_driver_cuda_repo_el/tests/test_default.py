@@ -6,7 +6,7 @@ release's AppStream, enabled the nvidia-driver module's 580-open stream, install
 DKMS package requires dkms, from EPEL) and locked the whole driver package set at that version with dnf versionlock,
 although 580.126.20 is in the stream too. Every check reads the node's own package manager: `rpm -q`, the signatures
 rpm checked, `dnf module list`, /etc/dnf/modules.d, `dnf versionlock list`, `dnf repolist`. The last tests move the
-flavor and the pin through the role and back. Commands run through `podman exec` (testinfra's podman backend); playbook
+flavor and the pin through the role and back. Commands run on the node as verify_lib.node_host reaches it; playbook
 runs use molecule's inventory. What the driver's Debian scenario proves of code no OS selects (persistenced drift,
 DGX OS keeping its driver) is not repeated here.
 """

@@ -4,7 +4,7 @@ DKMS really built Debian's nvidia-current module for the kernel prepare.yml inst
 points to) and for nothing else; the module files, their kernel names and the options modprobe would pass come
 from the node, compared with nvidia_driver_facts. The version is pinned and held, the nouveau blacklist is inside
 the initramfs the handler rebuilt, nvidia-persistenced is enabled and the reboot requirement is recorded.
-Commands run through `podman exec` (testinfra's podman backend); nothing here loads a module.
+Commands run on the node as verify_lib.node_host reaches it; nothing here loads a module.
 """
 
 from __future__ import annotations

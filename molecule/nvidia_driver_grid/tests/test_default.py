@@ -5,7 +5,7 @@ manifest's sha256, installed and held it, wrote gridd.conf (FeatureType 4) and t
 and kept the token out of the Ansible log of check, converge and idempotence (all with --diff). nvidia-gridd is the
 role's to keep enabled and running: disabled and stopped behind its back, a check run reports it and a converge run
 enables and starts it again. The last test runs the converge playbook again in check mode without the package's
-URL. Commands run through `podman exec` (testinfra's podman backend); the playbook runs use molecule's inventory.
+URL. Commands run on the node as verify_lib.node_host reaches it; the playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

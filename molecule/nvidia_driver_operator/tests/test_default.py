@@ -4,7 +4,7 @@ no driver of its own.
 Probes are the node's own: dpkg's database (no driver package, the headers installed), the modprobe.d file, the
 toolkit's config.toml read as TOML, modules-load.d. The last test installs a host driver package behind the role's
 back (a stand-in nvidia-kernel-dkms built on the node with dpkg-deb) and runs converge.yml again: the role refuses
-the node, naming the package, and removes nothing. Commands run through `podman exec`.
+the node, naming the package, and removes nothing. Commands run on the node as verify_lib.node_host reaches it.
 """
 
 from __future__ import annotations

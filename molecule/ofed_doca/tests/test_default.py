@@ -4,7 +4,7 @@ The node started on a legacy MLNX_OFED (prepare.yml ran the fixture tarball's in
 uninstaller, then set up the repository (keyring, signed-by source), installed doca-ofed 3.4.1 (the manifest's)
 exactly, pinned and held it although 3.3.0 is there too. The last test puts the older DOCA back behind the role's
 back: the role detects it, upgrades, and notifies the DKMS rebuild, the reboot record and openibd.
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Verify ofed with the inbox stack: Debian's own RDMA packages, memlock limits, IPoIB through ifupdown.
 
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

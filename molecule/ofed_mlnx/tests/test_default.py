@@ -4,7 +4,7 @@ The role downloaded the tarball from the node's loopback (URL from the manifest 
 filled in), verified its checksum, extracted it and ran mlnxofedinstall once with the configured flags plus
 --add-kernel-support (the tarball's kernel packages are for 6.1.0-18-amd64, not for the container's kernel). The
 idempotence run did not run it again (ofed_info -s reports the pinned version).
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

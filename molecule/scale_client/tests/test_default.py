@@ -5,7 +5,7 @@ SpectrumScale.ocp4.scale.ibm.com, node class dgx, with sections [servers], [dgx]
 verbsRdma enable) and [common] already set, and emptied the stand-in's call log. The check step and converge ran
 before these tests, then idempotence. The settings are read back through mmlsconfig (the stand-in's, printing Scale's
 format, parsed here on its own) and the call log (the argv of every mmchconfig, mmshutdown and mmstartup).
-Commands run through `podman exec` (testinfra's podman backend); playbook runs use molecule's inventory.
+Commands run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ written with `semanage import -N`, the mode lands in /etc/selinux/config and wai
 container-selinux, so nvidia_container (which links against the container module) is skipped with a message: it is
 neither built nor installed, and nothing here builds it either. Versions are read from the store itself
 (`semodule -E`, the store's files) and the binary policy with setools, independently of the role's reader. Commands
-run through `podman exec`; playbook runs use molecule's inventory.
+run on the node as verify_lib.node_host reaches it; playbook runs use molecule's inventory.
 """
 
 from __future__ import annotations

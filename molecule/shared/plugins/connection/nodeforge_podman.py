@@ -3,8 +3,9 @@
 The stock plugin runs three podman commands per task (mount, mkdir of a temporary directory, exec) and declares
 no pipelining because it never passes stdin to `podman exec`. This one passes the module on stdin (`podman exec
 -i`, as community.docker's docker connection does), so a task is one `podman exec`; it mounts the container only
-when a file has to be copied in or out. Only the test harness uses it (molecule/shared/base.yml): real nodes and
-the lab are reached over SSH.
+when a file has to be copied in or out. Only the test harness uses it, for an image chosen with MOLECULE_DISTRO
+(molecule/run.sh, molecule/shared/base.yml): the harness's own images, the lab's nodes and real ones are reached over
+SSH.
 """
 
 from __future__ import annotations
