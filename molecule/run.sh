@@ -76,8 +76,8 @@ mkdir -p /var/tmp/nodeforge-molecule
 exec 8>"/var/tmp/nodeforge-molecule/$scenario.lock"
 flock 8
 
-# How the node is reached (molecule/shared/base.yml, create.yml, verify_lib.node_host): over SSH, as the lab's nodes and
-# real ones are, on the loopback port podman publishes for the container's sshd, with the harness's own client and
+# How the node is reached (molecule/shared/base.yml, create.yml, verify_lib.node_host): over SSH, as the lab's nodes
+# and real ones are, on the loopback port podman publishes for the container's sshd, with the harness's own client and
 # host keys (host key checking on). A `podman exec` costs the machine about 0.24 CPU-s, a command over SSH's master
 # connection about 0.02 (docs/testing.md, "The molecule connection"). An image chosen with MOLECULE_DISTRO (the GitHub
 # workflow's public images have no sshd) is reached through `podman exec` (nodeforge_podman) instead.
